@@ -1,0 +1,147 @@
+"""Client commands: what a caller's client asks the gateway to do.
+
+Every dialect parses its wire messages into these frozen values; the session
+consumes nothing else. ``type`` is the OpenAI Realtime (GA) / vLLM-Omni duplex
+event name, so the realtime dialect is close to an identity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from duplex_gateway.session_config import Modality, SessionPatch
+
+__all__ = [
+    "BargeIn",
+    "Command",
+    "ConversationItemCreate",
+    "ConversationItemDelete",
+    "ConversationItemRetrieve",
+    "ConversationItemTruncate",
+    "InputAudioAppend",
+    "InputAudioClear",
+    "InputAudioCommit",
+    "OutputAudioClear",
+    "PlaybackAck",
+    "ResponseCancel",
+    "ResponseCreate",
+    "SessionClose",
+    "SessionHeartbeat",
+    "SessionUpdate",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Command:
+    """Base of every client command; ``event_id`` is the client's own id, if any."""
+
+    type: ClassVar[str] = ""
+    event_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionUpdate(Command):
+    type: ClassVar[str] = "session.update"
+    session: SessionPatch
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputAudioAppend(Command):
+    """Caller audio in the session's input format (already base64-decoded)."""
+
+    type: ClassVar[str] = "input_audio_buffer.append"
+    audio: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputAudioCommit(Command):
+    type: ClassVar[str] = "input_audio_buffer.commit"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputAudioClear(Command):
+    type: ClassVar[str] = "input_audio_buffer.clear"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseCreate(Command):
+    """Ask for a reply now; ``instructions``/``output_modalities`` override the session's for it."""
+
+    type: ClassVar[str] = "response.create"
+    instructions: str | None = None
+    output_modalities: tuple[Modality, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseCancel(Command):
+    type: ClassVar[str] = "response.cancel"
+    response_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationItemCreate(Command):
+    """A message added to the conversation by the client (text content only)."""
+
+    type: ClassVar[str] = "conversation.item.create"
+    item_id: str | None
+    role: str
+    text: str
+    previous_item_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationItemTruncate(Command):
+    """The caller heard only ``audio_end_ms`` of an assistant item."""
+
+    type: ClassVar[str] = "conversation.item.truncate"
+    item_id: str
+    content_index: int
+    audio_end_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationItemDelete(Command):
+    type: ClassVar[str] = "conversation.item.delete"
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationItemRetrieve(Command):
+    type: ClassVar[str] = "conversation.item.retrieve"
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputAudioClear(Command):
+    """Stop the assistant's audio now (the client flushed its playback)."""
+
+    type: ClassVar[str] = "output_audio_buffer.clear"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BargeIn(Command):
+    """vLLM-Omni extension: the caller interrupted; cancel and fence the current reply."""
+
+    type: ClassVar[str] = "barge_in"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlaybackAck(Command):
+    """vLLM-Omni extension: how much of a response the client has actually played."""
+
+    type: ClassVar[str] = "playback.ack"
+    response_id: str | None
+    item_id: str | None
+    played_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionHeartbeat(Command):
+    type: ClassVar[str] = "session.heartbeat"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionClose(Command):
+    type: ClassVar[str] = "session.close"
+    reason: str = "client_close"

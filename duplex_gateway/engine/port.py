@@ -1,0 +1,235 @@
+"""The engine port: the one interface every speech engine implements.
+
+Nothing above this module knows which engine runs. Audio crosses the port as
+mono PCM16 little-endian at the engine's own rates (``EngineCapabilities``);
+the gateway's audio layer converts to and from each client's wire format.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+from duplex_gateway.session_config import SessionConfig
+
+__all__ = [
+    "Engine",
+    "EngineAudio",
+    "EngineCapabilities",
+    "EngineClosed",
+    "EngineError",
+    "EngineEvent",
+    "EngineInputTranscript",
+    "EngineResponseDone",
+    "EngineResponseStarted",
+    "EngineSession",
+    "EngineSessionLimit",
+    "EngineSpeechStarted",
+    "EngineSpeechStopped",
+    "EngineText",
+    "EngineTranscript",
+    "EngineUnavailable",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineCapabilities:
+    """What an engine offers; surfaced to clients in ``session.created``."""
+
+    name: str
+    input_rate: int
+    output_rate: int
+    #: The engine finds turn ends itself; otherwise the gateway runs its VAD.
+    detects_turns: bool = False
+    barge_in: bool = True
+    input_transcription: bool = False
+    voices: tuple[str, ...] = ("default",)
+    max_sessions: int | None = None
+
+    def as_pairs(self) -> tuple[tuple[str, object], ...]:
+        return (
+            ("engine", self.name),
+            ("input_sample_rate_hz", self.input_rate),
+            ("output_sample_rate_hz", self.output_rate),
+            ("engine_turn_detection", self.detects_turns),
+            ("barge_in", self.barge_in),
+            ("input_transcription", self.input_transcription),
+            ("voices", list(self.voices)),
+        )
+
+
+class EngineSessionLimit(Exception):
+    """The engine has no room for another session (becomes ``session_limit``)."""
+
+
+class EngineUnavailable(Exception):
+    """The engine cannot open sessions right now (not started, or dead)."""
+
+
+# -- events an engine session produces ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineEvent:
+    type: ClassVar[str] = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineResponseStarted(EngineEvent):
+    type: ClassVar[str] = "response.created"
+    response_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineAudio(EngineEvent):
+    """A chunk of reply audio: PCM16 mono at ``EngineCapabilities.output_rate``."""
+
+    type: ClassVar[str] = "response.output_audio.delta"
+    response_id: str
+    pcm: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineTranscript(EngineEvent):
+    """Text of what the reply audio says, as it is produced."""
+
+    type: ClassVar[str] = "response.output_audio_transcript.delta"
+    response_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineText(EngineEvent):
+    """Text-only reply output."""
+
+    type: ClassVar[str] = "response.output_text.delta"
+    response_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineResponseDone(EngineEvent):
+    type: ClassVar[str] = "response.done"
+    response_id: str
+    status: str = "completed"  # completed | cancelled | failed
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineSpeechStarted(EngineEvent):
+    """Engines that detect turns themselves report the caller's speech."""
+
+    type: ClassVar[str] = "input_audio_buffer.speech_started"
+    audio_start_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineSpeechStopped(EngineEvent):
+    type: ClassVar[str] = "input_audio_buffer.speech_stopped"
+    audio_end_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineInputTranscript(EngineEvent):
+    """What the caller said: partial (``final=False``) or the turn's final text."""
+
+    type: ClassVar[str] = "conversation.item.input_audio_transcription.delta"
+    item_id: str
+    text: str
+    final: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineError(EngineEvent):
+    """A failure inside the engine; ``fatal`` ends the session."""
+
+    type: ClassVar[str] = "error"
+    code: str
+    message: str
+    fatal: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineClosed(EngineEvent):
+    """The engine session is over; the last event its stream yields."""
+
+    type: ClassVar[str] = "session.closed"
+    reason: str
+
+
+# -- the port -----------------------------------------------------------------
+
+
+class EngineSession(abc.ABC):
+    """One caller's conversation inside an engine."""
+
+    @abc.abstractmethod
+    async def append_audio(self, pcm: bytes) -> None:
+        """Caller audio, PCM16 mono at the engine's input rate."""
+
+    @abc.abstractmethod
+    async def commit(self, *, item_id: str, create_response: bool) -> None:
+        """The caller's turn ``item_id`` is complete; reply if ``create_response``."""
+
+    @abc.abstractmethod
+    async def clear_input(self) -> None:
+        """Drop caller audio appended since the last commit."""
+
+    @abc.abstractmethod
+    async def create_response(self, *, response_id: str, instructions: str | None) -> None:
+        """Start a reply now, with this id."""
+
+    @abc.abstractmethod
+    async def cancel_response(self, response_id: str) -> None:
+        """Stop the reply; emit nothing more for it."""
+
+    @abc.abstractmethod
+    async def barge_in(self) -> None:
+        """The caller spoke over the reply: stop it and listen."""
+
+    @abc.abstractmethod
+    async def ack_playback(self, *, response_id: str, played_ms: int) -> None:
+        """The caller has heard ``played_ms`` of the reply."""
+
+    @abc.abstractmethod
+    async def update(self, config: SessionConfig) -> None:
+        """The client changed its session configuration."""
+
+    @abc.abstractmethod
+    async def close(self, reason: str) -> None:
+        """End the session and release what it holds; idempotent."""
+
+    @abc.abstractmethod
+    def events(self) -> AsyncIterator[EngineEvent]:
+        """The session's events in order; ends after :class:`EngineClosed`. One consumer."""
+
+
+class Engine(abc.ABC):
+    """A speech engine that many sessions share."""
+
+    @property
+    @abc.abstractmethod
+    def capabilities(self) -> EngineCapabilities: ...
+
+    @property
+    @abc.abstractmethod
+    def ready(self) -> bool:
+        """Can open sessions now (``/readyz``)."""
+
+    @property
+    @abc.abstractmethod
+    def active_sessions(self) -> int: ...
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Load models / connect; called once before the server accepts clients."""
+
+    @abc.abstractmethod
+    async def open_session(self, session_id: str, config: SessionConfig) -> EngineSession:
+        """A new session; raises :class:`EngineSessionLimit` or :class:`EngineUnavailable`."""
+
+    @abc.abstractmethod
+    async def shutdown(self) -> None:
+        """Close every session and release the engine."""

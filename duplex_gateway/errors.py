@@ -1,0 +1,108 @@
+"""Error codes and WebSocket close codes: the gateway's whole failure vocabulary.
+
+Every problem a client can cause is named here once. A :class:`ProtocolError`
+raised anywhere in the sans-I/O core becomes one ``error`` event (the session
+survives) or, when ``close_code`` is set, a close with that documented code.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["CloseCode", "ErrorCode", "ProtocolError", "error_type_for"]
+
+
+class ErrorCode(enum.StrEnum):
+    """The ``error.code`` values the gateway sends."""
+
+    INVALID_JSON = "invalid_json"
+    INVALID_EVENT = "invalid_event"
+    UNKNOWN_EVENT = "unknown_event"
+    MISSING_FIELD = "missing_field"
+    INVALID_VALUE = "invalid_value"
+    INVALID_BASE64 = "invalid_base64"
+    INVALID_AUDIO_LENGTH = "invalid_audio_length"
+    UNSUPPORTED_AUDIO_FORMAT = "unsupported_audio_format"
+    UNSUPPORTED_SAMPLE_RATE = "unsupported_sample_rate"
+    UNSUPPORTED_TURN_DETECTION = "unsupported_turn_detection"
+    BINARY_NOT_SUPPORTED = "binary_not_supported"
+    SESSION_NOT_CONFIGURED = "session_not_configured"
+    SESSION_ALREADY_CONFIGURED = "session_already_configured"
+    INPUT_AUDIO_BUFFER_EMPTY = "input_audio_buffer_commit_empty"
+    RESPONSE_ALREADY_ACTIVE = "conversation_already_has_active_response"
+    RESPONSE_NOT_ACTIVE = "response_cancel_not_active"
+    ITEM_NOT_FOUND = "item_not_found"
+    AUDIO_END_OUT_OF_RANGE = "invalid_audio_end_ms"
+    MESSAGE_TOO_LARGE = "message_too_large"
+    INPUT_RATE_EXCEEDED = "input_rate_exceeded"
+    SESSION_LIMIT = "session_limit"
+    UNAUTHORIZED = "unauthorized"
+    IDLE_TIMEOUT = "idle_timeout"
+    SESSION_EXPIRED = "session_max_duration"
+    SLOW_CONSUMER = "slow_consumer"
+    ENGINE_ERROR = "engine_error"
+    ENGINE_UNAVAILABLE = "engine_unavailable"
+    INTERNAL_ERROR = "internal_error"
+
+
+_SERVER_SIDE = {
+    ErrorCode.ENGINE_ERROR,
+    ErrorCode.ENGINE_UNAVAILABLE,
+    ErrorCode.INTERNAL_ERROR,
+}
+_RATE_LIMIT = {ErrorCode.INPUT_RATE_EXCEEDED, ErrorCode.SESSION_LIMIT, ErrorCode.SLOW_CONSUMER}
+
+
+def error_type_for(code: ErrorCode) -> str:
+    """The OpenAI Realtime ``error.type`` bucket a code belongs to."""
+    if code in _SERVER_SIDE:
+        return "server_error"
+    if code in _RATE_LIMIT:
+        return "rate_limit_error"
+    return "invalid_request_error"
+
+
+class CloseCode(enum.IntEnum):
+    """WebSocket close codes the gateway uses (documented in README)."""
+
+    NORMAL = 1000  # session.close from the client, or the client went away
+    GOING_AWAY = 1001  # the gateway is shutting down
+    POLICY_VIOLATION = 1008  # authentication failed
+    MESSAGE_TOO_BIG = 1009  # a frame above the hard size limit
+    INTERNAL_ERROR = 1011  # an unexpected fault; details are withheld
+    TRY_AGAIN_LATER = 1013  # max_sessions reached, or the engine is not ready
+    IDLE_TIMEOUT = 4000  # no client message for idle_timeout_s
+    MAX_DURATION = 4001  # the session reached max_session_s
+    SLOW_CONSUMER = 4002  # the client did not read its events in time
+    ENGINE_FAILED = 4003  # the engine ended the session
+
+
+class ProtocolError(Exception):
+    """Something the client sent that the gateway cannot act on.
+
+    ``close_code`` is ``None`` for errors the session survives.
+    """
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        event_id: str | None = None,
+        param: str | None = None,
+        close_code: CloseCode | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.event_id = event_id
+        self.param = param
+        self.close_code = close_code
+
+    def with_event_id(self, event_id: str | None) -> ProtocolError:
+        """The same error, attributed to the client event that caused it."""
+        if event_id is None or self.event_id is not None:
+            return self
+        return ProtocolError(
+            self.code, self.message, event_id=event_id, param=self.param, close_code=self.close_code
+        )

@@ -1,0 +1,291 @@
+"""Server events: what the gateway tells a caller's client, as typed immutable values.
+
+The session produces these; a dialect renders them to its wire format. ``type``
+is the OpenAI Realtime GA event name (vLLM-Omni duplex names for extensions).
+Audio travels as raw bytes here; the realtime dialect base64-encodes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from duplex_gateway.errors import ErrorCode
+from duplex_gateway.session_config import SessionConfig
+
+__all__ = [
+    "AudioDelta",
+    "AudioDone",
+    "ContentPartAdded",
+    "ContentPartDone",
+    "ConversationItem",
+    "ConversationItemAdded",
+    "ConversationItemDeleted",
+    "ConversationItemDone",
+    "ConversationItemRetrieved",
+    "ConversationItemTruncated",
+    "ErrorEvent",
+    "HeartbeatAck",
+    "InputAudioCleared",
+    "InputAudioCommitted",
+    "InputTranscriptionCompleted",
+    "InputTranscriptionDelta",
+    "OutputAudioCleared",
+    "OutputItemAdded",
+    "OutputItemDone",
+    "PlaybackAcknowledged",
+    "ResponseCreated",
+    "ResponseDone",
+    "ServerEvent",
+    "SessionClosed",
+    "SessionCreated",
+    "SessionUpdated",
+    "SpeechStarted",
+    "SpeechStopped",
+    "TextDelta",
+    "TextDone",
+    "TranscriptDelta",
+    "TranscriptDone",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationItem:
+    """One message in the conversation, as the client sees it."""
+
+    id: str
+    role: str  # "user" | "assistant" | "system"
+    status: str = "completed"  # "in_progress" | "completed" | "incomplete"
+    content_type: str = "input_audio"  # "input_audio" | "input_text" | "audio" | "text" | "output_text"
+    transcript: str | None = None
+    text: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerEvent:
+    type: ClassVar[str] = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionCreated(ServerEvent):
+    type: ClassVar[str] = "session.created"
+    session_id: str
+    config: SessionConfig
+    capabilities: tuple[tuple[str, object], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionUpdated(ServerEvent):
+    type: ClassVar[str] = "session.updated"
+    session_id: str
+    config: SessionConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeechStarted(ServerEvent):
+    type: ClassVar[str] = "input_audio_buffer.speech_started"
+    audio_start_ms: int
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeechStopped(ServerEvent):
+    type: ClassVar[str] = "input_audio_buffer.speech_stopped"
+    audio_end_ms: int
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputAudioCommitted(ServerEvent):
+    type: ClassVar[str] = "input_audio_buffer.committed"
+    item_id: str
+    previous_item_id: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputAudioCleared(ServerEvent):
+    type: ClassVar[str] = "input_audio_buffer.cleared"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationItemAdded(ServerEvent):
+    type: ClassVar[str] = "conversation.item.added"
+    item: ConversationItem
+    previous_item_id: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationItemDone(ServerEvent):
+    type: ClassVar[str] = "conversation.item.done"
+    item: ConversationItem
+    previous_item_id: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationItemTruncated(ServerEvent):
+    type: ClassVar[str] = "conversation.item.truncated"
+    item_id: str
+    content_index: int
+    audio_end_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationItemDeleted(ServerEvent):
+    type: ClassVar[str] = "conversation.item.deleted"
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConversationItemRetrieved(ServerEvent):
+    type: ClassVar[str] = "conversation.item.retrieved"
+    item: ConversationItem
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputTranscriptionDelta(ServerEvent):
+    type: ClassVar[str] = "conversation.item.input_audio_transcription.delta"
+    item_id: str
+    delta: str
+    content_index: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputTranscriptionCompleted(ServerEvent):
+    type: ClassVar[str] = "conversation.item.input_audio_transcription.completed"
+    item_id: str
+    transcript: str
+    content_index: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseCreated(ServerEvent):
+    type: ClassVar[str] = "response.created"
+    response_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputItemAdded(ServerEvent):
+    type: ClassVar[str] = "response.output_item.added"
+    response_id: str
+    output_index: int
+    item: ConversationItem
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContentPartAdded(ServerEvent):
+    type: ClassVar[str] = "response.content_part.added"
+    response_id: str
+    item_id: str
+    output_index: int
+    content_index: int
+    part_type: str  # "audio" | "text"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ResponsePartEvent(ServerEvent):
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AudioDelta(_ResponsePartEvent):
+    """Reply audio: PCM16 at ``rate`` inside the core, the wire format after encoding."""
+
+    type: ClassVar[str] = "response.output_audio.delta"
+    audio: bytes
+    rate: int
+    encoded: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AudioDone(_ResponsePartEvent):
+    type: ClassVar[str] = "response.output_audio.done"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TranscriptDelta(_ResponsePartEvent):
+    type: ClassVar[str] = "response.output_audio_transcript.delta"
+    delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TranscriptDone(_ResponsePartEvent):
+    type: ClassVar[str] = "response.output_audio_transcript.done"
+    transcript: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta(_ResponsePartEvent):
+    type: ClassVar[str] = "response.output_text.delta"
+    delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDone(_ResponsePartEvent):
+    type: ClassVar[str] = "response.output_text.done"
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContentPartDone(_ResponsePartEvent):
+    type: ClassVar[str] = "response.content_part.done"
+    part_type: str
+    transcript: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputItemDone(ServerEvent):
+    type: ClassVar[str] = "response.output_item.done"
+    response_id: str
+    output_index: int
+    item: ConversationItem
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseDone(ServerEvent):
+    """The end of a response. ``status`` is ``completed``, ``cancelled`` or ``failed``."""
+
+    type: ClassVar[str] = "response.done"
+    response_id: str
+    status: str
+    reason: str | None = None
+    output: tuple[ConversationItem, ...] = ()
+    audio_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputAudioCleared(ServerEvent):
+    type: ClassVar[str] = "output_audio_buffer.cleared"
+    response_id: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlaybackAcknowledged(ServerEvent):
+    type: ClassVar[str] = "playback.acknowledged"
+    response_id: str
+    played_ms: int
+    produced_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatAck(ServerEvent):
+    type: ClassVar[str] = "session.heartbeat_ack"
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionClosed(ServerEvent):
+    type: ClassVar[str] = "session.closed"
+    session_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorEvent(ServerEvent):
+    type: ClassVar[str] = "error"
+    code: ErrorCode
+    message: str
+    event_id: str | None = None
+    param: str | None = None

@@ -1,0 +1,121 @@
+"""What a client can configure about its session, as typed immutable values.
+
+``session.update`` arrives as a :class:`SessionPatch` (only the fields the
+client named); :meth:`SessionConfig.apply` folds it into the current
+configuration and validates the result.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+
+from duplex_gateway.audio.format import AudioFormat, Encoding
+from duplex_gateway.errors import ErrorCode, ProtocolError
+
+__all__ = [
+    "Modality",
+    "SessionConfig",
+    "SessionPatch",
+    "TurnDetection",
+    "TurnDetectionMode",
+    "UNSET",
+]
+
+
+class _Unset(enum.Enum):
+    UNSET = "unset"
+
+
+#: Marks a patch field the client did not mention (``None`` means "set to null").
+UNSET = _Unset.UNSET
+
+
+class TurnDetectionMode(enum.StrEnum):
+    SERVER_VAD = "server_vad"
+    SEMANTIC_VAD = "semantic_vad"
+
+
+class Modality(enum.StrEnum):
+    AUDIO = "audio"
+    TEXT = "text"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnDetection:
+    """How the end of a caller's turn is found when the client does not commit."""
+
+    mode: TurnDetectionMode = TurnDetectionMode.SERVER_VAD
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    silence_duration_ms: int = 500
+    create_response: bool = True
+    interrupt_response: bool = True
+    idle_timeout_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.threshold < 1.0:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE,
+                "turn_detection.threshold must be between 0 and 1",
+                param="turn_detection.threshold",
+            )
+        for name in ("prefix_padding_ms", "silence_duration_ms"):
+            value = getattr(self, name)
+            if not 0 <= value <= 10_000:
+                raise ProtocolError(
+                    ErrorCode.INVALID_VALUE,
+                    f"turn_detection.{name} must be 0-10000 ms",
+                    param=f"turn_detection.{name}",
+                )
+        if self.idle_timeout_ms is not None and not 1_000 <= self.idle_timeout_ms <= 600_000:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE,
+                "turn_detection.idle_timeout_ms must be 1000-600000 ms",
+                param="turn_detection.idle_timeout_ms",
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionConfig:
+    """The full, validated configuration of one session."""
+
+    model: str = "duplex-gateway"
+    instructions: str = ""
+    voice: str = "default"
+    output_modalities: tuple[Modality, ...] = (Modality.AUDIO,)
+    input_format: AudioFormat = field(
+        default_factory=lambda: AudioFormat(encoding=Encoding.PCM16, rate=24_000)
+    )
+    output_format: AudioFormat = field(
+        default_factory=lambda: AudioFormat(encoding=Encoding.PCM16, rate=24_000)
+    )
+    turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
+    input_transcription: bool = False
+    speed: float = 1.0
+
+    def apply(self, patch: SessionPatch) -> SessionConfig:
+        """This configuration with the fields ``patch`` names replaced."""
+        changes: dict[str, object] = {}
+        for name in SessionPatch.__dataclass_fields__:
+            value = getattr(patch, name)
+            if value is not UNSET:
+                changes[name] = value
+        if not changes:
+            return self
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionPatch:
+    """The fields of a ``session.update``; :data:`UNSET` where the client said nothing."""
+
+    model: str | _Unset = UNSET
+    instructions: str | _Unset = UNSET
+    voice: str | _Unset = UNSET
+    output_modalities: tuple[Modality, ...] | _Unset = UNSET
+    input_format: AudioFormat | _Unset = UNSET
+    output_format: AudioFormat | _Unset = UNSET
+    turn_detection: TurnDetection | None | _Unset = UNSET
+    input_transcription: bool | _Unset = UNSET
+    speed: float | _Unset = UNSET
