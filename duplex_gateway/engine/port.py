@@ -174,6 +174,10 @@ class EngineSession(abc.ABC):
         """The caller's turn ``item_id`` is complete; reply if ``create_response``."""
 
     @abc.abstractmethod
+    async def add_item(self, *, item_id: str, role: str, text: str) -> None:
+        """A text message the client added to the conversation."""
+
+    @abc.abstractmethod
     async def clear_input(self) -> None:
         """Drop caller audio appended since the last commit."""
 

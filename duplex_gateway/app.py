@@ -1,0 +1,159 @@
+"""The ASGI application: WebSocket endpoints, health probes and the web demo."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+import os
+import secrets
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+from starlette.websockets import WebSocket
+
+from duplex_gateway.audio.format import AudioFormat, Encoding
+from duplex_gateway.config import GatewaySettings
+from duplex_gateway.connection import Connection, SessionRegistry
+from duplex_gateway.engine import port
+from duplex_gateway.errors import CloseCode, ErrorCode
+from duplex_gateway.events import ErrorEvent
+from duplex_gateway.dialects.realtime import render_server_event
+from duplex_gateway.session import Handshake
+from duplex_gateway.session_config import SessionConfig, TurnDetection
+
+__all__ = ["create_app", "session_defaults"]
+
+logger = logging.getLogger(__name__)
+
+WEB_DEMO_DIR = Path(__file__).resolve().parent.parent / "web_demo"
+_KEY_PROTOCOL_PREFIX = "openai-insecure-api-key."
+_BETA_PROTOCOL = "openai-beta.realtime-v1"
+
+
+def session_defaults(settings: GatewaySettings) -> SessionConfig:
+    """The configuration a session starts with, from the ``session:`` section."""
+    s = settings.session
+    turn = (
+        TurnDetection(
+            threshold=s.vad_threshold,
+            prefix_padding_ms=s.prefix_padding_ms,
+            silence_duration_ms=s.silence_duration_ms,
+        )
+        if s.turn_detection == "server_vad"
+        else None
+    )
+    return SessionConfig(
+        instructions=s.instructions,
+        voice=s.voice,
+        input_format=AudioFormat(encoding=Encoding(s.input_format), rate=s.input_rate),
+        output_format=AudioFormat(encoding=Encoding(s.output_format), rate=s.output_rate),
+        turn_detection=turn,
+    )
+
+
+class _Gateway:
+    """Shared state of the running gateway: one engine, the session count, a worker pool."""
+
+    def __init__(self, settings: GatewaySettings, engine: port.Engine) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.defaults = session_defaults(settings)
+        self.registry = SessionRegistry(settings.limits.max_sessions)
+        # Sized to the cores: audio conversion and VAD are CPU-bound.
+        self.executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="audio")
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        ready = self.engine.ready
+        body = {
+            "status": "ready" if ready else "not_ready",
+            "engine": self.engine.capabilities.name,
+            "sessions": self.registry.count,
+            "max_sessions": self.registry.max_sessions,
+        }
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    async def realtime(self, websocket: WebSocket) -> None:
+        duplex = websocket.query_params.get("duplex", "0").lower() in ("1", "true")
+        await self._serve(websocket, Handshake.DUPLEX if duplex else Handshake.REALTIME)
+
+    async def duplex(self, websocket: WebSocket) -> None:
+        await self._serve(websocket, Handshake.DUPLEX)
+
+    async def _serve(self, websocket: WebSocket, handshake: Handshake) -> None:
+        offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+        await websocket.accept(subprotocol="realtime" if "realtime" in offered else None)
+        beta = (
+            "realtime=v1" in websocket.headers.get("openai-beta", "")
+            or _BETA_PROTOCOL in offered
+            or websocket.query_params.get("beta", "0").lower() in ("1", "true")
+        )
+        session_id = f"sess_{secrets.token_hex(8)}"
+        if not self._authorized(websocket, offered):
+            event = ErrorEvent(code=ErrorCode.UNAUTHORIZED, message="a valid API key is required")
+            payload = render_server_event(event, seq=1, event_id="event_1", beta=beta, session_id=session_id)
+            with contextlib.suppress(Exception):
+                await websocket.send_text(json.dumps(payload))
+                await websocket.close(int(CloseCode.POLICY_VIOLATION), "unauthorized")
+            return
+        connection = Connection(
+            websocket,
+            session_id=session_id,
+            engine=self.engine,
+            settings=self.settings,
+            defaults=self.defaults,
+            registry=self.registry,
+            executor=self.executor,
+            handshake=handshake,
+            beta=beta,
+        )
+        await connection.serve()
+
+    def _authorized(self, websocket: WebSocket, offered: list[str]) -> bool:
+        keys = self.settings.auth.api_keys
+        if not keys:
+            return True
+        presented: list[str] = []
+        auth = websocket.headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            presented.append(auth[7:].strip())
+        presented += [p[len(_KEY_PROTOCOL_PREFIX) :] for p in offered if p.startswith(_KEY_PROTOCOL_PREFIX)]
+        if "api_key" in websocket.query_params:
+            presented.append(websocket.query_params["api_key"])
+        return any(hmac.compare_digest(p.encode(), k.encode()) for p in presented for k in keys)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        await self.engine.start()
+        logger.info("engine %s ready", self.engine.capabilities.name)
+        try:
+            yield
+        finally:
+            await self.engine.shutdown()
+            self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def create_app(settings: GatewaySettings, engine: port.Engine) -> Starlette:
+    """The gateway as an ASGI app serving ``engine``."""
+    gateway = _Gateway(settings, engine)
+    routes: list[Route | WebSocketRoute | Mount] = [
+        Route("/healthz", gateway.healthz),
+        Route("/readyz", gateway.readyz),
+        WebSocketRoute("/v1/realtime", gateway.realtime),
+        WebSocketRoute("/v1/duplex", gateway.duplex),
+    ]
+    if settings.server.web_demo and WEB_DEMO_DIR.is_dir():
+        routes.append(Mount("/", app=StaticFiles(directory=WEB_DEMO_DIR, html=True), name="web_demo"))
+    app = Starlette(routes=routes, lifespan=gateway.lifespan)
+    app.state.gateway = gateway
+    return app

@@ -1,0 +1,170 @@
+"""Gateway configuration: a YAML file, overridden by environment variables, validated at start.
+
+Environment variables use the prefix ``DUPLEX_GATEWAY_`` and ``__`` between
+levels, e.g. ``DUPLEX_GATEWAY_LIMITS__MAX_SESSIONS=8``. Unknown keys are
+errors, and every error names the key it is about.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+__all__ = [
+    "AuthSettings",
+    "ConfigError",
+    "EchoSettings",
+    "EngineSettings",
+    "GatewaySettings",
+    "LimitSettings",
+    "ServerSettings",
+    "SessionDefaults",
+    "load_settings",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    #: WebSocket ping interval and how long to wait for the pong (transport keepalive).
+    ws_ping_interval_s: float = Field(20.0, gt=0)
+    ws_ping_timeout_s: float = Field(20.0, gt=0)
+    #: Serve the browser demo at ``/``.
+    web_demo: bool = True
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+
+
+class LimitSettings(_Section):
+    #: Concurrent sessions this gateway admits; more are refused with ``session_limit`` / 1013.
+    max_sessions: int = Field(64, ge=1)
+    #: Close a session after this long without any client message (4000).
+    idle_timeout_s: float = Field(300.0, gt=0)
+    #: Close a session after this long in total (4001).
+    max_session_s: float = Field(3600.0, gt=0)
+    #: Text messages above this get a ``message_too_large`` error; the session survives.
+    max_message_bytes: int = Field(1 << 20, ge=1024)
+    #: Messages above this close the connection with 1009 before they are read whole.
+    hard_max_message_bytes: int = Field(4 << 20, ge=1024)
+    #: Audio faster than this multiple of real time is refused with ``input_rate_exceeded``.
+    input_rate_factor: float = Field(1.5, gt=0)
+    #: Head-room for bursts of audio (network jitter, a client's pre-roll), in ms of audio.
+    input_burst_ms: float = Field(3000.0, ge=0)
+    #: Events buffered for a client before it counts as a slow reader.
+    send_queue_size: int = Field(1024, ge=16)
+    #: How long a full send queue may stay full before the session closes (4002).
+    send_timeout_s: float = Field(10.0, gt=0)
+    #: Engine calls that take longer than this fail with ``engine_error``.
+    engine_timeout_s: float = Field(10.0, gt=0)
+
+
+class AuthSettings(_Section):
+    #: Accepted API keys; empty means no authentication.
+    api_keys: tuple[str, ...] = ()
+
+
+class EchoSettings(_Section):
+    rate: int = Field(24_000, ge=8_000, le=48_000)
+    chunk_ms: int = Field(100, ge=10, le=1000)
+    #: Speed of the echoed reply relative to real time; 0 sends it as fast as possible.
+    pace: float = Field(1.0, ge=0)
+    max_turn_s: float = Field(60.0, gt=0)
+
+
+class EngineSettings(_Section):
+    name: str = "echo"
+    echo: EchoSettings = EchoSettings()
+
+
+class SessionDefaults(_Section):
+    """Defaults a session starts with before the client's ``session.update``."""
+
+    instructions: str = ""
+    voice: str = "default"
+    input_format: Literal["pcm16", "pcm_f32le", "g711_ulaw", "g711_alaw"] = "pcm16"
+    input_rate: int = Field(24_000, ge=8_000, le=48_000)
+    output_format: Literal["pcm16", "pcm_f32le", "g711_ulaw", "g711_alaw"] = "pcm16"
+    output_rate: int = Field(24_000, ge=8_000, le=48_000)
+    turn_detection: Literal["server_vad", "none"] = "server_vad"
+    vad_threshold: float = Field(0.5, gt=0, lt=1)
+    prefix_padding_ms: int = Field(300, ge=0, le=10_000)
+    silence_duration_ms: int = Field(500, ge=0, le=10_000)
+
+
+class GatewaySettings(BaseSettings):
+    """The whole configuration."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="DUPLEX_GATEWAY_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    server: ServerSettings = ServerSettings()
+    limits: LimitSettings = LimitSettings()
+    auth: AuthSettings = AuthSettings()
+    engine: EngineSettings = EngineSettings()
+    session: SessionDefaults = SessionDefaults()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Command-line values beat the environment, which beats the file.
+        return (init_settings, env_settings, InitSettingsSource(settings_cls, _FILE_DATA.get()))
+
+
+_FILE_DATA: ContextVar[dict[str, Any]] = ContextVar("duplex_gateway_config_file", default={})
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message names each bad key."""
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> GatewaySettings:
+    """Read ``path`` (YAML), then environment variables, then ``overrides`` (dotted keys); validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config {path} is not valid YAML: {exc}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config {path} must be a mapping at the top level")
+        data = loaded
+    cli: dict[str, Any] = {}
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        node = cli
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    token = _FILE_DATA.set(data)
+    try:
+        return GatewaySettings(**cli)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+            problems.append(f"{key}: {error['msg']}")
+        where = f" in {path}" if path else ""
+        raise ConfigError(f"invalid configuration{where}:\n  " + "\n  ".join(problems)) from None
+    finally:
+        _FILE_DATA.reset(token)

@@ -1,0 +1,190 @@
+"""The ``echo`` engine: a loopback for people integrating a client.
+
+Each committed caller turn is answered by streaming the caller's own audio back
+in chunks, paced like speech, with a transcript event saying what it is. A
+cancel or barge-in stops the reply mid-way. No model, no GPU: it exercises
+every part of a client's audio path (capture, framing, turn-taking, playback,
+interruption) against the real gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator
+
+from duplex_gateway.engine import port
+from duplex_gateway.session_config import SessionConfig
+
+__all__ = ["EchoEngine", "EchoSession"]
+
+_EVENT_QUEUE_SIZE = 256
+
+
+class EchoSession(port.EngineSession):
+    """One caller's loopback."""
+
+    def __init__(self, engine: EchoEngine, session_id: str) -> None:
+        self._engine = engine
+        self._session_id = session_id
+        self._rate = engine.capabilities.input_rate
+        self._max_turn_bytes = int(engine.max_turn_s * self._rate) * 2
+        self._turn = bytearray()
+        self._last_turn = b""
+        self._events: asyncio.Queue[port.EngineEvent] = asyncio.Queue(_EVENT_QUEUE_SIZE)
+        self._reply: asyncio.Task[None] | None = None
+        self._reply_id: str | None = None
+        self._ids = itertools.count(1)
+        self._closed = False
+
+    async def append_audio(self, pcm: bytes) -> None:
+        self._turn += pcm
+        overflow = len(self._turn) - self._max_turn_bytes
+        if overflow > 0:  # a monologue: keep its most recent max_turn_s
+            del self._turn[: overflow + (overflow & 1)]
+
+    async def commit(self, *, item_id: str, create_response: bool) -> None:
+        self._last_turn = bytes(self._turn)
+        self._turn.clear()
+        if create_response:
+            await self.create_response(response_id=f"resp_echo_{self._session_id}_{next(self._ids)}", instructions=None)
+
+    async def add_item(self, *, item_id: str, role: str, text: str) -> None:
+        # Text has no audio to echo; the loopback only repeats sound.
+        return None
+
+    async def clear_input(self) -> None:
+        self._turn.clear()
+
+    async def create_response(self, *, response_id: str, instructions: str | None) -> None:
+        await self._stop_reply()
+        self._reply_id = response_id
+        self._reply = asyncio.create_task(self._speak(response_id, self._last_turn), name=f"echo:{response_id}")
+
+    async def cancel_response(self, response_id: str) -> None:
+        if self._reply_id == response_id:
+            await self._stop_reply()
+
+    async def barge_in(self) -> None:
+        await self._stop_reply()
+
+    async def ack_playback(self, *, response_id: str, played_ms: int) -> None:
+        return None  # a loopback has nothing to resume from what was heard
+
+    async def update(self, config: SessionConfig) -> None:
+        return None
+
+    async def close(self, reason: str) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._stop_reply()
+        self._engine._release(self._session_id)
+        self._put_nowait(port.EngineClosed(reason=reason))
+
+    async def events(self) -> AsyncIterator[port.EngineEvent]:
+        while True:
+            event = await self._events.get()
+            yield event
+            if isinstance(event, port.EngineClosed):
+                return
+
+    # -- the reply ----------------------------------------------------------------
+
+    async def _speak(self, response_id: str, audio: bytes) -> None:
+        chunk_bytes = max(2, int(self._rate * self._engine.chunk_ms / 1000) * 2)
+        pace_s = self._engine.chunk_ms / 1000.0 / self._engine.pace if self._engine.pace > 0 else 0.0
+        seconds = len(audio) / (2 * self._rate)
+        loop = asyncio.get_running_loop()
+        try:
+            await self._events.put(port.EngineResponseStarted(response_id=response_id))
+            text = f"(echo of {seconds:.1f} s of your audio)" if audio else "(nothing to echo yet)"
+            await self._events.put(port.EngineTranscript(response_id=response_id, delta=text))
+            started = loop.time()
+            for index, offset in enumerate(range(0, len(audio), chunk_bytes)):
+                await self._events.put(port.EngineAudio(response_id=response_id, pcm=audio[offset : offset + chunk_bytes]))
+                # Pace against a fixed schedule so the reply plays out in (scaled) real time.
+                delay = started + (index + 1) * pace_s - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            await self._events.put(port.EngineResponseDone(response_id=response_id, status="completed"))
+        except asyncio.CancelledError:
+            self._put_nowait(port.EngineResponseDone(response_id=response_id, status="cancelled"))
+            raise
+
+    async def _stop_reply(self) -> None:
+        task, self._reply, self._reply_id = self._reply, None, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _put_nowait(self, event: port.EngineEvent) -> None:
+        # Terminal events must not wait behind a reader that is gone.
+        while True:
+            try:
+                self._events.put_nowait(event)
+                return
+            except asyncio.QueueFull:
+                self._events.get_nowait()
+
+
+class EchoEngine(port.Engine):
+    """Answers every turn with the caller's own audio.
+
+    ``rate``: sample rate of the engine side (both directions); ``chunk_ms``:
+    size of each reply chunk; ``pace``: speed of the reply relative to real time
+    (0 sends as fast as the client reads); ``max_turn_s``: longest turn kept.
+    """
+
+    def __init__(
+        self,
+        *,
+        rate: int = 24_000,
+        chunk_ms: int = 100,
+        pace: float = 1.0,
+        max_turn_s: float = 60.0,
+        max_sessions: int | None = None,
+    ) -> None:
+        self._caps = port.EngineCapabilities(
+            name="echo", input_rate=rate, output_rate=rate, max_sessions=max_sessions
+        )
+        self.chunk_ms = chunk_ms
+        self.pace = pace
+        self.max_turn_s = max_turn_s
+        self._sessions: dict[str, EchoSession] = {}
+        self._started = False
+
+    @property
+    def capabilities(self) -> port.EngineCapabilities:
+        return self._caps
+
+    @property
+    def ready(self) -> bool:
+        return self._started
+
+    @property
+    def active_sessions(self) -> int:
+        return len(self._sessions)
+
+    async def start(self) -> None:
+        self._started = True
+
+    async def open_session(self, session_id: str, config: SessionConfig) -> port.EngineSession:
+        if not self._started:
+            raise port.EngineUnavailable("the echo engine is not started")
+        limit = self._caps.max_sessions
+        if limit is not None and len(self._sessions) >= limit:
+            raise port.EngineSessionLimit(f"the echo engine holds {limit} sessions already")
+        session = EchoSession(self, session_id)
+        self._sessions[session_id] = session
+        return session
+
+    def _release(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    async def shutdown(self) -> None:
+        for session in list(self._sessions.values()):
+            await session.close("shutdown")
+        self._started = False

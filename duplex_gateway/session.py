@@ -1,0 +1,746 @@
+"""The conversation state of one caller, as a sans-I/O state machine.
+
+A :class:`Session` takes client commands, processed caller audio and engine
+events, and returns what must happen next: server events for the client and
+engine calls for the engine session. It owns every turn-taking rule: the
+response lifecycle, the fence that keeps a cancelled reply's audio from ever
+reaching the client, the playback cursor (what the caller actually heard), and
+gateway-side turn detection for engines that do not find turns themselves.
+
+It never touches a socket, a task or a clock; time arrives as arguments.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import secrets
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from duplex_gateway import commands as cmd
+from duplex_gateway import events as ev
+from duplex_gateway.engine import port
+from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError
+from duplex_gateway.ratelimit import AudioRateLimiter
+from duplex_gateway.session_config import Modality, SessionConfig
+from duplex_gateway.vad import SpeechStart, SpeechStop, TurnDetector
+
+__all__ = [
+    "AckPlayback",
+    "AppendAudio",
+    "BargeInEngine",
+    "CancelResponse",
+    "ClearInput",
+    "CloseSession",
+    "CommitInput",
+    "EngineCall",
+    "Handshake",
+    "OpenEngine",
+    "Output",
+    "ProcessInput",
+    "AddItem",
+    "Session",
+    "StartResponse",
+    "UpdateEngine",
+]
+
+#: Items remembered for truncate/retrieve/ack; older ones are forgotten.
+MAX_ITEMS = 256
+#: Ids of cancelled responses remembered so a late engine start is fenced.
+MAX_FENCED_IDS = 64
+#: Audio kept before speech onset so the turn includes its prefix padding,
+#: plus room for the detector's confirmation delay.
+_RING_SLACK_MS = 400
+
+
+class Handshake(enum.Enum):
+    """How a connection becomes a session."""
+
+    #: OpenAI Realtime: ``session.created`` right after connect, defaults apply.
+    REALTIME = "realtime"
+    #: vLLM-Omni duplex: the first message must be ``session.update``.
+    DUPLEX = "duplex"
+
+
+# -- what the session asks the I/O layer to do ------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineCall:
+    """Base of the calls the session asks to be made on the engine session."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenEngine(EngineCall):
+    config: SessionConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessInput(EngineCall):
+    """Decode, resample and VAD-scan caller audio, then call :meth:`Session.input_processed`."""
+
+    audio: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendAudio(EngineCall):
+    pcm: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitInput(EngineCall):
+    item_id: str
+    create_response: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClearInput(EngineCall):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddItem(EngineCall):
+    item_id: str
+    role: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartResponse(EngineCall):
+    response_id: str
+    instructions: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelResponse(EngineCall):
+    response_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BargeInEngine(EngineCall):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AckPlayback(EngineCall):
+    response_id: str
+    played_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateEngine(EngineCall):
+    config: SessionConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CloseSession(EngineCall):
+    """End the session: release the engine session and close the socket with ``code``."""
+
+    reason: str
+    code: CloseCode
+
+
+Output = ev.ServerEvent | EngineCall
+
+
+# -- state ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Item:
+    item: ev.ConversationItem
+    response_id: str | None = None
+    produced_ms: float = 0.0
+    heard_ms: float | None = None
+
+
+@dataclass(slots=True)
+class _Response:
+    id: str
+    item_id: str
+    modalities: tuple[Modality, ...]
+    audio_ms: float = 0.0
+    transcript: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+
+    @property
+    def part_type(self) -> str:
+        return "audio" if Modality.AUDIO in self.modalities else "text"
+
+
+class _IdFactory:
+    def __init__(self) -> None:
+        self._counter = itertools.count(1)
+        self._salt = secrets.token_hex(4)
+
+    def __call__(self, prefix: str) -> str:
+        return f"{prefix}_{self._salt}{next(self._counter):05d}"
+
+
+class Session:
+    """One caller's conversation. Feed it inputs; act on the outputs it returns."""
+
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        capabilities: port.EngineCapabilities,
+        defaults: SessionConfig,
+        handshake: Handshake,
+        rate_limiter: AudioRateLimiter | None = None,
+        new_id: Callable[[str], str] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.capabilities = capabilities
+        self.config = defaults
+        self.handshake = handshake
+        self.configured = handshake is Handshake.REALTIME
+        self.closed = False
+        #: Advances on every cancel / barge-in; engines may tag output with it.
+        self.epoch = 0
+        self._engine_open = handshake is Handshake.REALTIME
+        self._opening = False
+        self._rate_limiter = rate_limiter
+        self._new_id = new_id or _IdFactory()
+        self._items: OrderedDict[str, _Item] = OrderedDict()
+        self._last_item_id: str | None = None
+        self._response: _Response | None = None
+        self._pending_response_id: str | None = None
+        self._pending_modalities: tuple[Modality, ...] | None = None
+        self._fenced: deque[str] = deque(maxlen=MAX_FENCED_IDS)
+        # Caller input since the last commit/clear, in ms of audio.
+        self._buffered_ms = 0.0
+        self._input_ms = 0.0
+        self._speech_item_id: str | None = None
+        self._ring: deque[tuple[float, float, bytes]] = deque()
+        self._detector = self._make_detector()
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def start(self) -> list[Output]:
+        """The first events of a session (``session.created`` for a realtime handshake)."""
+        if self.handshake is Handshake.REALTIME:
+            return [self._created()]
+        return []
+
+    def engine_opened(self) -> list[Output]:
+        """The engine session requested by :class:`OpenEngine` is ready."""
+        self._engine_open = True
+        self._opening = False
+        self.configured = True
+        return [self._created()]
+
+    def _created(self) -> ev.SessionCreated:
+        return ev.SessionCreated(
+            session_id=self.session_id,
+            config=self.config,
+            capabilities=self.capabilities.as_pairs(),
+        )
+
+    @property
+    def gateway_vad(self) -> bool:
+        """Whether the gateway (not the engine) finds the ends of turns."""
+        return self.config.turn_detection is not None and not self.capabilities.detects_turns
+
+    @property
+    def response_active(self) -> bool:
+        return self._response is not None or self._pending_response_id is not None
+
+    def _make_detector(self) -> TurnDetector | None:
+        td = self.config.turn_detection
+        if td is None or self.capabilities.detects_turns:
+            return None
+        return TurnDetector(td)
+
+    # -- client commands ------------------------------------------------------------
+
+    def receive(self, command: cmd.Command, *, now: float) -> list[Output]:
+        """Handle one client command received at ``now`` (seconds, any monotonic clock)."""
+        if self.closed:
+            return []
+        try:
+            return self._dispatch(command, now)
+        except ProtocolError as exc:
+            return [self._error(exc.with_event_id(command.event_id))]
+
+    def _dispatch(self, command: cmd.Command, now: float) -> list[Output]:
+        if isinstance(command, cmd.SessionClose):
+            return self._close(command.reason, CloseCode.NORMAL)
+        if isinstance(command, cmd.SessionHeartbeat):
+            return [ev.HeartbeatAck(session_id=self.session_id)]
+        if not self.configured:
+            if isinstance(command, cmd.SessionUpdate):
+                return self._open(command)
+            raise ProtocolError(
+                ErrorCode.SESSION_NOT_CONFIGURED,
+                f"{command.type} before the session is configured: send session.update first",
+            )
+        handler = self._handlers.get(type(command))
+        if handler is None:  # every parsed command has a handler; this guards new ones
+            raise ProtocolError(ErrorCode.UNKNOWN_EVENT, f"unsupported event {command.type}")
+        return handler(self, command, now)
+
+    def _open(self, command: cmd.SessionUpdate) -> list[Output]:
+        if self._opening:
+            raise ProtocolError(ErrorCode.SESSION_NOT_CONFIGURED, "the session is still opening")
+        self.config = self.config.apply(command.session)
+        self._detector = self._make_detector()
+        self._opening = True
+        return [OpenEngine(config=self.config)]
+
+    def _on_update(self, command: cmd.SessionUpdate, now: float) -> list[Output]:
+        before = self.config
+        self.config = before.apply(command.session)
+        if self.config.turn_detection != before.turn_detection:
+            self._end_speech()
+            self._detector = self._make_detector()
+        return [UpdateEngine(config=self.config), ev.SessionUpdated(session_id=self.session_id, config=self.config)]
+
+    def _on_append(self, command: cmd.InputAudioAppend, now: float) -> list[Output]:
+        fmt = self.config.input_format
+        if not command.audio:
+            raise ProtocolError(ErrorCode.INVALID_VALUE, "audio is empty", param="audio")
+        fmt.check_length(len(command.audio))
+        if self._rate_limiter is not None:
+            audio_ms = fmt.duration_ms(len(command.audio))
+            if not self._rate_limiter.admit(audio_ms, now):
+                raise ProtocolError(
+                    ErrorCode.INPUT_RATE_EXCEEDED,
+                    f"audio is arriving faster than {self._rate_limiter.factor:g}x real time; "
+                    "this chunk was dropped",
+                )
+        return [ProcessInput(audio=command.audio)]
+
+    def _on_commit(self, command: cmd.InputAudioCommit, now: float) -> list[Output]:
+        if self._buffered_ms <= 0.0:
+            raise ProtocolError(ErrorCode.INPUT_AUDIO_BUFFER_EMPTY, "the input audio buffer is empty")
+        create = self.gateway_vad and self._turn_detection_creates_response()
+        return self._commit_turn(create_response=create)
+
+    def _on_clear(self, command: cmd.InputAudioClear, now: float) -> list[Output]:
+        self._buffered_ms = 0.0
+        self._ring.clear()
+        self._end_speech()
+        return [ClearInput(), ev.InputAudioCleared()]
+
+    def _on_response_create(self, command: cmd.ResponseCreate, now: float) -> list[Output]:
+        if self.response_active:
+            raise ProtocolError(
+                ErrorCode.RESPONSE_ALREADY_ACTIVE,
+                f"response {self._active_id()} is still in progress; cancel it first",
+            )
+        response_id = self._new_id("resp")
+        self._pending_response_id = response_id
+        modalities = command.output_modalities or self.config.output_modalities
+        self._pending_modalities = modalities
+        return [StartResponse(response_id=response_id, instructions=command.instructions)]
+
+    def _on_response_cancel(self, command: cmd.ResponseCancel, now: float) -> list[Output]:
+        active = self._active_id()
+        if active is None or (command.response_id is not None and command.response_id != active):
+            raise ProtocolError(
+                ErrorCode.RESPONSE_NOT_ACTIVE,
+                "no response is in progress"
+                if active is None
+                else f"response {command.response_id} is not the active response",
+                param="response_id",
+            )
+        return self._cancel("client_cancelled")
+
+    def _on_output_clear(self, command: cmd.OutputAudioClear, now: float) -> list[Output]:
+        response_id = self._active_id()
+        outputs = self._cancel("client_cancelled") if response_id else []
+        outputs.append(ev.OutputAudioCleared(response_id=response_id))
+        return outputs
+
+    def _on_barge_in(self, command: cmd.BargeIn, now: float) -> list[Output]:
+        return self._interrupt()
+
+    def _on_item_create(self, command: cmd.ConversationItemCreate, now: float) -> list[Output]:
+        if command.role not in ("user", "assistant", "system"):
+            raise ProtocolError(ErrorCode.INVALID_VALUE, f"unknown role {command.role!r}", param="item.role")
+        item_id = command.item_id or self._new_id("item")
+        if item_id in self._items:
+            raise ProtocolError(ErrorCode.INVALID_VALUE, f"item {item_id} already exists", param="item.id")
+        content_type = "input_text" if command.role != "assistant" else "output_text"
+        item = ev.ConversationItem(id=item_id, role=command.role, content_type=content_type, text=command.text)
+        previous = self._remember(_Item(item=item))
+        return [
+            AddItem(item_id=item_id, role=command.role, text=command.text),
+            ev.ConversationItemAdded(item=item, previous_item_id=previous),
+            ev.ConversationItemDone(item=item, previous_item_id=previous),
+        ]
+
+    def _on_truncate(self, command: cmd.ConversationItemTruncate, now: float) -> list[Output]:
+        record = self._assistant_item(command.item_id)
+        if command.content_index != 0:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE, "assistant items have one content part (index 0)", param="content_index"
+            )
+        if command.audio_end_ms < 0 or command.audio_end_ms > record.produced_ms + 1.0:
+            raise ProtocolError(
+                ErrorCode.AUDIO_END_OUT_OF_RANGE,
+                f"audio_end_ms {command.audio_end_ms} is beyond the {int(record.produced_ms)} ms "
+                f"of audio item {command.item_id} holds",
+                param="audio_end_ms",
+            )
+        heard = min(float(command.audio_end_ms), record.produced_ms)
+        record.heard_ms = heard
+        outputs: list[Output] = []
+        if self._response is not None and self._response.item_id == command.item_id:
+            outputs.extend(self._cancel("client_cancelled"))
+        assert record.response_id is not None
+        outputs.append(AckPlayback(response_id=record.response_id, played_ms=int(heard)))
+        outputs.append(
+            ev.ConversationItemTruncated(item_id=command.item_id, content_index=0, audio_end_ms=int(heard))
+        )
+        return outputs
+
+    def _on_item_delete(self, command: cmd.ConversationItemDelete, now: float) -> list[Output]:
+        if self._items.pop(command.item_id, None) is None:
+            raise ProtocolError(ErrorCode.ITEM_NOT_FOUND, f"no item {command.item_id}", param="item_id")
+        return [ev.ConversationItemDeleted(item_id=command.item_id)]
+
+    def _on_item_retrieve(self, command: cmd.ConversationItemRetrieve, now: float) -> list[Output]:
+        record = self._items.get(command.item_id)
+        if record is None:
+            raise ProtocolError(ErrorCode.ITEM_NOT_FOUND, f"no item {command.item_id}", param="item_id")
+        return [ev.ConversationItemRetrieved(item=record.item)]
+
+    def _on_playback_ack(self, command: cmd.PlaybackAck, now: float) -> list[Output]:
+        if command.played_ms < 0:
+            raise ProtocolError(ErrorCode.INVALID_VALUE, "played_ms must not be negative", param="played_ms")
+        record = self._find_played(command.response_id, command.item_id)
+        played = min(float(command.played_ms), record.produced_ms)
+        record.heard_ms = played
+        assert record.response_id is not None
+        return [
+            AckPlayback(response_id=record.response_id, played_ms=int(played)),
+            ev.PlaybackAcknowledged(
+                response_id=record.response_id, played_ms=int(played), produced_ms=int(record.produced_ms)
+            ),
+        ]
+
+    _handlers: dict[type[cmd.Command], Callable[[Session, Any, float], list[Output]]] = {}
+
+    # -- caller audio -------------------------------------------------------------------
+
+    def input_processed(
+        self, pcm: bytes, duration_ms: float, windows: Sequence[tuple[int, float]] = ()
+    ) -> list[Output]:
+        """Caller audio converted to the engine's format, with VAD windows ``(end_ms, probability)``.
+
+        ``end_ms`` counts from the start of the session's input stream.
+        """
+        if self.closed or not pcm:
+            return []
+        start_ms = self._input_ms
+        self._input_ms += duration_ms
+        if self._detector is None:
+            self._buffered_ms += duration_ms
+            return [AppendAudio(pcm=pcm)]
+        outputs: list[Output] = []
+        if self._speech_item_id is None:
+            self._ring.append((start_ms, self._input_ms, pcm))
+            horizon = self._input_ms - self._ring_capacity_ms()
+            while self._ring and self._ring[0][1] < horizon:
+                self._ring.popleft()
+        else:
+            self._buffered_ms += duration_ms
+            outputs.append(AppendAudio(pcm=pcm))
+        for decision in self._detector.feed_many(windows):
+            if isinstance(decision, SpeechStart) and self._speech_item_id is None:
+                outputs.extend(self._speech_started(decision.audio_start_ms))
+            elif isinstance(decision, SpeechStop) and self._speech_item_id is not None:
+                outputs.extend(self._speech_stopped(decision.audio_end_ms))
+        return outputs
+
+    def _ring_capacity_ms(self) -> float:
+        td = self.config.turn_detection
+        return (td.prefix_padding_ms if td else 0) + _RING_SLACK_MS
+
+    def _speech_started(self, audio_start_ms: int) -> list[Output]:
+        item_id = self._new_id("item")
+        self._speech_item_id = item_id
+        outputs: list[Output] = [ev.SpeechStarted(audio_start_ms=audio_start_ms, item_id=item_id)]
+        td = self.config.turn_detection
+        if td is not None and td.interrupt_response and self.response_active:
+            outputs.extend(self._interrupt())
+        # The turn starts at its prefix padding: hand the engine what the ring
+        # holds from there on, then stream live.
+        for chunk_start, chunk_end, pcm in self._ring:
+            if chunk_end > audio_start_ms:
+                self._buffered_ms += chunk_end - chunk_start
+                outputs.append(AppendAudio(pcm=pcm))
+        self._ring.clear()
+        return outputs
+
+    def _speech_stopped(self, audio_end_ms: int) -> list[Output]:
+        item_id = self._speech_item_id
+        assert item_id is not None
+        outputs: list[Output] = [ev.SpeechStopped(audio_end_ms=audio_end_ms, item_id=item_id)]
+        outputs.extend(self._commit_turn(create_response=self._turn_detection_creates_response()))
+        return outputs
+
+    def _turn_detection_creates_response(self) -> bool:
+        td = self.config.turn_detection
+        return td is not None and td.create_response and not self.response_active
+
+    def _end_speech(self) -> None:
+        self._speech_item_id = None
+        if self._detector is not None:
+            self._detector.reset()
+
+    def _commit_turn(self, *, create_response: bool) -> list[Output]:
+        item_id = self._speech_item_id or self._new_id("item")
+        self._speech_item_id = None
+        self._buffered_ms = 0.0
+        item = ev.ConversationItem(id=item_id, role="user", content_type="input_audio")
+        previous = self._remember(_Item(item=item))
+        outputs: list[Output] = [
+            CommitInput(item_id=item_id, create_response=create_response),
+            ev.InputAudioCommitted(item_id=item_id, previous_item_id=previous),
+            ev.ConversationItemAdded(item=item, previous_item_id=previous),
+            ev.ConversationItemDone(item=item, previous_item_id=previous),
+        ]
+        if create_response:
+            self._pending_modalities = self.config.output_modalities
+        return outputs
+
+    # -- engine events -----------------------------------------------------------------
+
+    def engine_event(self, event: port.EngineEvent) -> list[Output]:
+        """Handle one event from the engine session."""
+        if self.closed:
+            return []
+        if isinstance(event, port.EngineResponseStarted):
+            return self._response_started(event.response_id)
+        if isinstance(event, port.EngineAudio | port.EngineTranscript | port.EngineText):
+            return self._response_output(event)
+        if isinstance(event, port.EngineResponseDone):
+            response = self._response
+            if response is None or response.id != event.response_id:
+                return []  # already finished on our side (cancelled): fenced
+            return self._finish(event.status, event.reason)
+        if isinstance(event, port.EngineSpeechStarted):
+            if self._speech_item_id is not None:
+                return []
+            return self._speech_started(event.audio_start_ms)
+        if isinstance(event, port.EngineSpeechStopped):
+            item_id = self._speech_item_id
+            if item_id is None:
+                return []
+            self._speech_item_id = None
+            return [ev.SpeechStopped(audio_end_ms=event.audio_end_ms, item_id=item_id)]
+        if isinstance(event, port.EngineInputTranscript):
+            item_id = event.item_id or self._speech_item_id or self._last_item_id or ""
+            if event.final:
+                record = self._items.get(item_id)
+                if record is not None:
+                    record.item = replace(record.item, transcript=event.text)
+                return [ev.InputTranscriptionCompleted(item_id=item_id, transcript=event.text)]
+            return [ev.InputTranscriptionDelta(item_id=item_id, delta=event.text)]
+        if isinstance(event, port.EngineError):
+            outputs: list[Output] = [
+                ev.ErrorEvent(code=ErrorCode.ENGINE_ERROR, message=f"{event.code}: {event.message}")
+            ]
+            if event.fatal:
+                outputs.extend(self._close("engine_error", CloseCode.ENGINE_FAILED))
+            return outputs
+        if isinstance(event, port.EngineClosed):
+            return self._close(event.reason, CloseCode.ENGINE_FAILED, engine_gone=True)
+        return []
+
+    def _response_started(self, response_id: str) -> list[Output]:
+        if response_id in self._fenced:
+            return []
+        outputs: list[Output] = []
+        if self._response is not None:
+            # The engine moved on without finishing the last one; close it out.
+            outputs.extend(self._finish("cancelled", "superseded"))
+        modalities = self._pending_modalities or self.config.output_modalities
+        self._pending_modalities = None
+        self._pending_response_id = None
+        item_id = self._new_id("item")
+        response = _Response(id=response_id, item_id=item_id, modalities=modalities)
+        self._response = response
+        content_type = "audio" if response.part_type == "audio" else "text"
+        item = ev.ConversationItem(id=item_id, role="assistant", status="in_progress", content_type=content_type)
+        previous = self._remember(_Item(item=item, response_id=response_id))
+        outputs += [
+            ev.ResponseCreated(response_id=response_id),
+            ev.OutputItemAdded(response_id=response_id, output_index=0, item=item),
+            ev.ConversationItemAdded(item=item, previous_item_id=previous),
+            ev.ContentPartAdded(
+                response_id=response_id, item_id=item_id, output_index=0, content_index=0,
+                part_type=response.part_type,
+            ),
+        ]
+        return outputs
+
+    def _response_output(
+        self, event: port.EngineAudio | port.EngineTranscript | port.EngineText
+    ) -> list[Output]:
+        response = self._response
+        if response is None or response.id != event.response_id:
+            return []  # the epoch fence: nothing of a cancelled reply gets through
+        rid, iid = response.id, response.item_id
+        if isinstance(event, port.EngineAudio):
+            if response.part_type != "audio" or not event.pcm:
+                return []
+            ms = len(event.pcm) * 1000.0 / (2 * self.capabilities.output_rate)
+            response.audio_ms += ms
+            self._items[iid].produced_ms = response.audio_ms
+            return [ev.AudioDelta(response_id=rid, item_id=iid, audio=event.pcm, rate=self.capabilities.output_rate)]
+        if isinstance(event, port.EngineTranscript) and response.part_type == "audio":
+            response.transcript.append(event.delta)
+            return [ev.TranscriptDelta(response_id=rid, item_id=iid, delta=event.delta)]
+        response.text.append(event.delta)
+        return [ev.TextDelta(response_id=rid, item_id=iid, delta=event.delta)]
+
+    # -- ending responses ---------------------------------------------------------------
+
+    def _active_id(self) -> str | None:
+        if self._response is not None:
+            return self._response.id
+        return self._pending_response_id
+
+    def _interrupt(self) -> list[Output]:
+        """The caller spoke over the reply: fence it, tell the engine, close it out."""
+        outputs: list[Output] = []
+        if self.response_active:
+            outputs.extend(self._cancel("turn_detected", engine_call=False))
+        outputs.append(BargeInEngine())
+        return outputs
+
+    def _cancel(self, reason: str, *, engine_call: bool = True) -> list[Output]:
+        self.epoch += 1
+        outputs: list[Output] = []
+        if self._pending_response_id is not None and self._response is None:
+            rid = self._pending_response_id
+            self._pending_response_id = None
+            self._fenced.append(rid)
+            if engine_call:
+                outputs.append(CancelResponse(response_id=rid))
+            outputs.append(ev.ResponseDone(response_id=rid, status="cancelled", reason=reason))
+            return outputs
+        if self._response is None:
+            return outputs
+        rid = self._response.id
+        self._fenced.append(rid)
+        if engine_call:
+            outputs.append(CancelResponse(response_id=rid))
+        outputs.extend(self._finish("cancelled", reason))
+        return outputs
+
+    def _finish(self, status: str, reason: str | None) -> list[Output]:
+        response = self._response
+        assert response is not None
+        self._response = None
+        rid, iid = response.id, response.item_id
+        item_status = "completed" if status == "completed" else "incomplete"
+        transcript = "".join(response.transcript)
+        text = "".join(response.text)
+        record = self._items.get(iid)
+        item = ev.ConversationItem(
+            id=iid,
+            role="assistant",
+            status=item_status,
+            content_type="audio" if response.part_type == "audio" else "text",
+            transcript=transcript if response.part_type == "audio" else None,
+            text=text if response.part_type == "text" else None,
+        )
+        if record is not None:
+            record.item = item
+        outputs: list[Output] = []
+        if response.part_type == "audio":
+            outputs.append(ev.AudioDone(response_id=rid, item_id=iid))
+            outputs.append(ev.TranscriptDone(response_id=rid, item_id=iid, transcript=transcript))
+        else:
+            outputs.append(ev.TextDone(response_id=rid, item_id=iid, text=text))
+        outputs += [
+            ev.ContentPartDone(
+                response_id=rid, item_id=iid, part_type=response.part_type,
+                transcript=transcript if response.part_type == "audio" else text,
+            ),
+            ev.OutputItemDone(response_id=rid, output_index=0, item=item),
+            ev.ConversationItemDone(item=item, previous_item_id=None),
+            ev.ResponseDone(
+                response_id=rid, status=status, reason=reason, output=(item,), audio_ms=int(response.audio_ms)
+            ),
+        ]
+        return outputs
+
+    def _close(self, reason: str, code: CloseCode, *, engine_gone: bool = False) -> list[Output]:
+        outputs: list[Output] = []
+        if self.response_active and not engine_gone:
+            outputs.extend(self._cancel("session_closed", engine_call=False))
+        self.closed = True
+        outputs.append(ev.SessionClosed(session_id=self.session_id, reason=reason))
+        outputs.append(CloseSession(reason=reason, code=code))
+        return outputs
+
+    def expire(self, reason: str, code: CloseCode, message: str) -> list[Output]:
+        """The transport ended the session (idle, too long, slow reader): say why, then close."""
+        if self.closed:
+            return []
+        error_code = {
+            CloseCode.IDLE_TIMEOUT: ErrorCode.IDLE_TIMEOUT,
+            CloseCode.MAX_DURATION: ErrorCode.SESSION_EXPIRED,
+            CloseCode.SLOW_CONSUMER: ErrorCode.SLOW_CONSUMER,
+        }.get(code, ErrorCode.INTERNAL_ERROR)
+        return [ev.ErrorEvent(code=error_code, message=message), *self._close(reason, code)]
+
+    # -- conversation items ----------------------------------------------------------------
+
+    def _remember(self, record: _Item) -> str | None:
+        previous = self._last_item_id
+        self._items[record.item.id] = record
+        self._last_item_id = record.item.id
+        while len(self._items) > MAX_ITEMS:
+            self._items.popitem(last=False)
+        return previous
+
+    def _assistant_item(self, item_id: str) -> _Item:
+        record = self._items.get(item_id)
+        if record is None or record.response_id is None:
+            raise ProtocolError(
+                ErrorCode.ITEM_NOT_FOUND, f"no assistant audio item {item_id}", param="item_id"
+            )
+        return record
+
+    def _find_played(self, response_id: str | None, item_id: str | None) -> _Item:
+        if item_id is not None:
+            return self._assistant_item(item_id)
+        for record in reversed(self._items.values()):
+            if record.response_id is not None and response_id in (None, record.response_id):
+                return record
+        raise ProtocolError(
+            ErrorCode.ITEM_NOT_FOUND,
+            f"no response {response_id}" if response_id else "no response has been produced yet",
+            param="response_id",
+        )
+
+    @staticmethod
+    def _error(exc: ProtocolError) -> ev.ErrorEvent:
+        return ev.ErrorEvent(code=exc.code, message=exc.message, event_id=exc.event_id, param=exc.param)
+
+
+Session._handlers = {
+    cmd.SessionUpdate: Session._on_update,
+    cmd.InputAudioAppend: Session._on_append,
+    cmd.InputAudioCommit: Session._on_commit,
+    cmd.InputAudioClear: Session._on_clear,
+    cmd.ResponseCreate: Session._on_response_create,
+    cmd.ResponseCancel: Session._on_response_cancel,
+    cmd.OutputAudioClear: Session._on_output_clear,
+    cmd.BargeIn: Session._on_barge_in,
+    cmd.ConversationItemCreate: Session._on_item_create,
+    cmd.ConversationItemTruncate: Session._on_truncate,
+    cmd.ConversationItemDelete: Session._on_item_delete,
+    cmd.ConversationItemRetrieve: Session._on_item_retrieve,
+    cmd.PlaybackAck: Session._on_playback_ack,
+}
