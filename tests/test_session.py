@@ -1,0 +1,454 @@
+"""The session state machine, driven without a socket, a task or a clock."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+import pytest
+
+from duplex_gateway import commands as cmd
+from duplex_gateway import events as ev
+from duplex_gateway import session as session_module
+from duplex_gateway.audio.format import AudioFormat, Encoding
+from duplex_gateway.engine import port
+from duplex_gateway.errors import CloseCode, ErrorCode
+from duplex_gateway.ratelimit import AudioRateLimiter
+from duplex_gateway.session import (
+    AckPlayback,
+    AppendAudio,
+    BargeInEngine,
+    CancelResponse,
+    ClearInput,
+    CloseSession,
+    CommitInput,
+    Handshake,
+    OpenEngine,
+    ProcessInput,
+    Session,
+    StartResponse,
+    UpdateEngine,
+)
+from duplex_gateway.session_config import SessionConfig, SessionPatch, TurnDetection
+
+RATE = 24_000
+CAPS = port.EngineCapabilities(name="test", input_rate=RATE, output_rate=RATE)
+MANUAL = SessionConfig(turn_detection=None)
+VAD = SessionConfig(turn_detection=TurnDetection(prefix_padding_ms=100, silence_duration_ms=200))
+
+
+def make(config: SessionConfig = MANUAL, handshake: Handshake = Handshake.REALTIME, **kw: object) -> Session:
+    return Session(session_id="sess_1", capabilities=CAPS, defaults=config, handshake=handshake, **kw)  # type: ignore[arg-type]
+
+
+def types(outputs: list[object]) -> list[str]:
+    return [o.type if isinstance(o, ev.ServerEvent) else type(o).__name__ for o in outputs]
+
+
+def pcm(ms: int) -> bytes:
+    return bytes(RATE * ms // 1000 * 2)
+
+
+def start_response(s: Session, response_id: str = "resp_1") -> list[object]:
+    return s.engine_event(port.EngineResponseStarted(response_id=response_id))  # type: ignore[return-value]
+
+
+def audio(s: Session, ms: int, response_id: str = "resp_1") -> list[object]:
+    return s.engine_event(port.EngineAudio(response_id=response_id, pcm=pcm(ms)))  # type: ignore[return-value]
+
+
+def only(outputs: list[object], kind: type) -> list:  # type: ignore[type-arg]
+    return [o for o in outputs if isinstance(o, kind)]
+
+
+# -- purity ----------------------------------------------------------------------------
+
+
+def test_session_module_imports_no_io() -> None:
+    tree = ast.parse(inspect.getsource(session_module))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    assert not imported & {"asyncio", "socket", "time", "threading", "websockets", "starlette"}
+
+
+# -- handshake -------------------------------------------------------------------------
+
+
+def test_realtime_handshake_announces_session_at_once() -> None:
+    s = make()
+    out = s.start()
+    assert types(out) == ["session.created"]
+    assert dict(out[0].capabilities)["engine"] == "test"  # type: ignore[union-attr]
+
+
+def test_duplex_handshake_requires_session_update_first() -> None:
+    s = make(handshake=Handshake.DUPLEX)
+    assert s.start() == []
+    out = s.receive(cmd.InputAudioAppend(audio=pcm(20), event_id="e1"), now=0)
+    assert types(out) == ["error"]
+    assert out[0].code is ErrorCode.SESSION_NOT_CONFIGURED and out[0].event_id == "e1"  # type: ignore[union-attr]
+    fmt = AudioFormat(encoding=Encoding.PCM16, rate=16_000)
+    out = s.receive(cmd.SessionUpdate(session=SessionPatch(input_format=fmt)), now=0)
+    assert types(out) == ["OpenEngine"]
+    assert out[0].config.input_format == fmt  # type: ignore[union-attr]
+    created = s.engine_opened()
+    assert types(created) == ["session.created"]
+    assert s.receive(cmd.InputAudioAppend(audio=bytes(640)), now=0) == [ProcessInput(audio=bytes(640))]
+
+
+def test_heartbeat_works_before_configuration() -> None:
+    s = make(handshake=Handshake.DUPLEX)
+    assert types(s.receive(cmd.SessionHeartbeat(), now=0)) == ["session.heartbeat_ack"]
+
+
+# -- input -----------------------------------------------------------------------------
+
+
+def test_append_validates_whole_samples_and_emptiness() -> None:
+    s = make()
+    out = s.receive(cmd.InputAudioAppend(audio=b"\x00\x01\x02"), now=0)
+    assert out[0].code is ErrorCode.INVALID_AUDIO_LENGTH  # type: ignore[union-attr]
+    out = s.receive(cmd.InputAudioAppend(audio=b""), now=0)
+    assert out[0].code is ErrorCode.INVALID_VALUE  # type: ignore[union-attr]
+
+
+def test_input_faster_than_allowed_is_refused() -> None:
+    s = make(rate_limiter=AudioRateLimiter(factor=1.5, burst_ms=100))
+    assert types(s.receive(cmd.InputAudioAppend(audio=pcm(100)), now=0.0)) == ["ProcessInput"]
+    out = s.receive(cmd.InputAudioAppend(audio=pcm(100)), now=0.01)
+    assert out[0].code is ErrorCode.INPUT_RATE_EXCEEDED  # type: ignore[union-attr]
+    # After enough wall time the bucket refills.
+    assert types(s.receive(cmd.InputAudioAppend(audio=pcm(100)), now=0.2)) == ["ProcessInput"]
+
+
+def test_manual_commit_and_empty_commit() -> None:
+    s = make()
+    out = s.receive(cmd.InputAudioCommit(event_id="c0"), now=0)
+    assert out[0].code is ErrorCode.INPUT_AUDIO_BUFFER_EMPTY and out[0].event_id == "c0"  # type: ignore[union-attr]
+    assert s.input_processed(pcm(200), 200.0) == [AppendAudio(pcm=pcm(200))]
+    out = s.receive(cmd.InputAudioCommit(), now=0)
+    assert types(out) == [
+        "CommitInput", "input_audio_buffer.committed", "conversation.item.added", "conversation.item.done",
+    ]
+    commit = out[0]
+    assert isinstance(commit, CommitInput) and commit.create_response is False
+    assert out[1].item_id == commit.item_id  # type: ignore[union-attr]
+
+
+def test_clear_drops_buffer() -> None:
+    s = make()
+    s.input_processed(pcm(200), 200.0)
+    assert types(s.receive(cmd.InputAudioClear(), now=0)) == ["ClearInput", "input_audio_buffer.cleared"]
+    assert s.receive(cmd.InputAudioCommit(), now=0)[0].code is ErrorCode.INPUT_AUDIO_BUFFER_EMPTY  # type: ignore[union-attr]
+
+
+# -- server VAD ------------------------------------------------------------------------
+
+
+def feed(s: Session, start_ms: int, ms: int, prob: float) -> list[object]:
+    """``ms`` of audio starting at ``start_ms`` whose 32 ms windows all score ``prob``."""
+    windows = [(end, prob) for end in range(start_ms + 32, start_ms + ms + 1, 32)]
+    return s.input_processed(pcm(ms), float(ms), windows)  # type: ignore[return-value]
+
+
+def test_server_vad_turn_starts_with_prefix_padding_and_commits_after_silence() -> None:
+    s = make(VAD)
+    out = feed(s, 0, 960, 0.01)
+    assert out == []  # silence only fills the prefix ring; the engine gets nothing
+    out = feed(s, 960, 320, 0.95)
+    assert types(out)[0] == "input_audio_buffer.speech_started"
+    started = out[0]
+    assert started.audio_start_ms == 960 - 100  # type: ignore[union-attr]
+    # The ring's audio from the padding onward, plus this chunk, go to the engine.
+    assert only(out, AppendAudio)
+    out = feed(s, 1280, 320, 0.01)
+    assert "input_audio_buffer.speech_stopped" in types(out)
+    assert types(out)[-4:] == [
+        "CommitInput", "input_audio_buffer.committed", "conversation.item.added", "conversation.item.done",
+    ]
+    stopped = only(out, ev.SpeechStopped)[0]
+    assert stopped.item_id == started.item_id  # type: ignore[union-attr]
+    assert only(out, CommitInput)[0].create_response is True
+
+
+def test_speech_during_reply_barges_in_and_fences_stale_audio() -> None:
+    s = make(VAD)
+    start_response(s)
+    audio(s, 100)
+    out = feed(s, 0, 320, 0.95)
+    names = types(out)
+    # Ordering: the caller's speech is announced first, then the reply is closed out.
+    assert names[0] == "input_audio_buffer.speech_started"
+    assert names.index("response.done") > 0
+    assert "BargeInEngine" in names
+    done = only(out, ev.ResponseDone)[0]
+    assert done.status == "cancelled" and done.reason == "turn_detected"
+    # Anything the engine still sends for the old reply is dropped.
+    assert audio(s, 100) == []
+    assert s.engine_event(port.EngineTranscript(response_id="resp_1", delta="late")) == []
+    assert s.engine_event(port.EngineResponseDone(response_id="resp_1", status="completed")) == []
+    assert s.epoch == 1
+
+
+def test_interrupt_response_false_keeps_the_reply() -> None:
+    s = make(SessionConfig(turn_detection=TurnDetection(interrupt_response=False)))
+    start_response(s)
+    out = feed(s, 0, 320, 0.95)
+    assert types(out)[0] == "input_audio_buffer.speech_started"
+    assert "response.done" not in types(out)
+    assert types(audio(s, 20)) == ["response.output_audio.delta"]
+
+
+# -- responses -------------------------------------------------------------------------
+
+
+def test_response_lifecycle_event_order() -> None:
+    s = make()
+    out = s.receive(cmd.ResponseCreate(), now=0)
+    assert isinstance(out[0], StartResponse)
+    rid = out[0].response_id
+    out = start_response(s, rid)
+    assert types(out) == [
+        "response.created", "response.output_item.added", "conversation.item.added", "response.content_part.added",
+    ]
+    assert types(audio(s, 40, rid)) == ["response.output_audio.delta"]
+    assert types(s.engine_event(port.EngineTranscript(response_id=rid, delta="hi"))) == [
+        "response.output_audio_transcript.delta"
+    ]
+    out = s.engine_event(port.EngineResponseDone(response_id=rid))
+    assert types(out) == [
+        "response.output_audio.done",
+        "response.output_audio_transcript.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "conversation.item.done",
+        "response.done",
+    ]
+    done = out[-1]
+    assert done.status == "completed" and done.audio_ms == 40 and done.output[0].transcript == "hi"  # type: ignore[union-attr]
+
+
+def test_text_modality_response() -> None:
+    s = make(SessionConfig(turn_detection=None, output_modalities=(session_module.Modality.TEXT,)))
+    rid = s.receive(cmd.ResponseCreate(), now=0)[0].response_id  # type: ignore[union-attr]
+    out = start_response(s, rid)
+    assert out[-1].part_type == "text"  # type: ignore[union-attr]
+    assert audio(s, 20, rid) == []
+    assert types(s.engine_event(port.EngineText(response_id=rid, delta="hello"))) == ["response.output_text.delta"]
+    out = s.engine_event(port.EngineResponseDone(response_id=rid))
+    assert types(out)[0] == "response.output_text.done" and out[0].text == "hello"  # type: ignore[union-attr]
+
+
+def test_second_response_create_while_active_is_refused() -> None:
+    s = make()
+    s.receive(cmd.ResponseCreate(), now=0)
+    out = s.receive(cmd.ResponseCreate(event_id="x"), now=0)
+    assert out[0].code is ErrorCode.RESPONSE_ALREADY_ACTIVE and out[0].event_id == "x"  # type: ignore[union-attr]
+
+
+def test_cancel_without_response_is_an_error() -> None:
+    s = make()
+    out = s.receive(cmd.ResponseCancel(), now=0)
+    assert out[0].code is ErrorCode.RESPONSE_NOT_ACTIVE  # type: ignore[union-attr]
+
+
+def test_cancel_of_another_response_id_is_an_error() -> None:
+    s = make()
+    start_response(s)
+    out = s.receive(cmd.ResponseCancel(response_id="resp_other"), now=0)
+    assert out[0].code is ErrorCode.RESPONSE_NOT_ACTIVE  # type: ignore[union-attr]
+
+
+def test_cancel_closes_out_and_fences() -> None:
+    s = make()
+    start_response(s)
+    audio(s, 100)
+    out = s.receive(cmd.ResponseCancel(response_id="resp_1"), now=0)
+    assert out[0] == CancelResponse(response_id="resp_1")
+    assert types(out)[-1] == "response.done" and out[-1].status == "cancelled"  # type: ignore[union-attr]
+    assert out[-1].output[0].status == "incomplete"  # type: ignore[union-attr]
+    assert audio(s, 100) == []
+
+
+def test_cancel_before_engine_started_fences_the_late_start() -> None:
+    s = make()
+    rid = s.receive(cmd.ResponseCreate(), now=0)[0].response_id  # type: ignore[union-attr]
+    out = s.receive(cmd.ResponseCancel(), now=0)
+    assert out[0] == CancelResponse(response_id=rid)
+    assert out[-1].status == "cancelled"  # type: ignore[union-attr]
+    assert start_response(s, rid) == []
+    assert audio(s, 20, rid) == []
+
+
+def test_barge_in_command_without_reply_still_reaches_engine() -> None:
+    s = make()
+    assert s.receive(cmd.BargeIn(), now=0) == [BargeInEngine()]
+
+
+def test_output_audio_clear_cancels_and_reports() -> None:
+    s = make()
+    start_response(s)
+    out = s.receive(cmd.OutputAudioClear(), now=0)
+    assert types(out)[-2:] == ["response.done", "output_audio_buffer.cleared"]
+    assert out[-1].response_id == "resp_1"  # type: ignore[union-attr]
+
+
+def test_engine_starting_a_new_response_closes_the_old_one() -> None:
+    s = make()
+    start_response(s, "a")
+    out = start_response(s, "b")
+    assert types(out)[:6][-1] == "response.done"
+    assert types(audio(s, 20, "b")) == ["response.output_audio.delta"]
+    assert audio(s, 20, "a") == []
+
+
+# -- playback cursor -------------------------------------------------------------------
+
+
+def finished_reply(s: Session, ms: int = 500) -> str:
+    start_response(s)
+    audio(s, ms)
+    out = s.engine_event(port.EngineResponseDone(response_id="resp_1"))
+    return only(out, ev.ResponseDone)[0].output[0].id  # type: ignore[no-any-return]
+
+
+def test_playback_ack_is_clamped_to_produced_audio() -> None:
+    s = make()
+    finished_reply(s, 500)
+    out = s.receive(cmd.PlaybackAck(response_id="resp_1", item_id=None, played_ms=9000), now=0)
+    assert out[0] == AckPlayback(response_id="resp_1", played_ms=500)
+    assert out[1].played_ms == 500 and out[1].produced_ms == 500  # type: ignore[union-attr]
+
+
+def test_playback_ack_for_unknown_response() -> None:
+    s = make()
+    out = s.receive(cmd.PlaybackAck(response_id="nope", item_id=None, played_ms=1), now=0)
+    assert out[0].code is ErrorCode.ITEM_NOT_FOUND  # type: ignore[union-attr]
+
+
+def test_truncate_within_and_beyond_produced_audio() -> None:
+    s = make()
+    item_id = finished_reply(s, 500)
+    out = s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=300), now=0)
+    assert out == [
+        AckPlayback(response_id="resp_1", played_ms=300),
+        ev.ConversationItemTruncated(item_id=item_id, content_index=0, audio_end_ms=300),
+    ]
+    out = s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=800), now=0)
+    assert out[0].code is ErrorCode.AUDIO_END_OUT_OF_RANGE and out[0].param == "audio_end_ms"  # type: ignore[union-attr]
+    out = s.receive(cmd.ConversationItemTruncate(item_id="missing", content_index=0, audio_end_ms=1), now=0)
+    assert out[0].code is ErrorCode.ITEM_NOT_FOUND  # type: ignore[union-attr]
+
+
+def test_truncate_of_the_playing_reply_cancels_it() -> None:
+    s = make()
+    out = start_response(s)
+    item_id = out[1].item.id  # type: ignore[union-attr]
+    audio(s, 400)
+    out = s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=250), now=0)
+    assert "response.done" in types(out) and types(out)[-1] == "conversation.item.truncated"
+    assert audio(s, 100) == []
+
+
+# -- items -----------------------------------------------------------------------------
+
+
+def test_item_create_retrieve_delete() -> None:
+    s = make()
+    out = s.receive(cmd.ConversationItemCreate(item_id="i1", role="user", text="hello"), now=0)
+    assert types(out) == ["AddItem", "conversation.item.added", "conversation.item.done"]
+    out = s.receive(cmd.ConversationItemRetrieve(item_id="i1"), now=0)
+    assert out[0].item.text == "hello"  # type: ignore[union-attr]
+    assert types(s.receive(cmd.ConversationItemDelete(item_id="i1"), now=0)) == ["conversation.item.deleted"]
+    assert s.receive(cmd.ConversationItemDelete(item_id="i1"), now=0)[0].code is ErrorCode.ITEM_NOT_FOUND  # type: ignore[union-attr]
+    dup = s.receive(cmd.ConversationItemCreate(item_id=None, role="robot", text="x"), now=0)
+    assert dup[0].code is ErrorCode.INVALID_VALUE  # type: ignore[union-attr]
+
+
+def test_item_history_is_bounded() -> None:
+    s = make()
+    for i in range(session_module.MAX_ITEMS + 10):
+        s.receive(cmd.ConversationItemCreate(item_id=f"i{i}", role="user", text="x"), now=0)
+    assert s.receive(cmd.ConversationItemRetrieve(item_id="i0"), now=0)[0].code is ErrorCode.ITEM_NOT_FOUND  # type: ignore[union-attr]
+
+
+# -- engine-side turns, transcripts, errors, close --------------------------------------
+
+
+def test_engine_detected_turns_and_transcripts() -> None:
+    caps = port.EngineCapabilities(name="vad-engine", input_rate=RATE, output_rate=RATE, detects_turns=True)
+    s = Session(session_id="s", capabilities=caps, defaults=VAD, handshake=Handshake.REALTIME)
+    assert not s.gateway_vad
+    # With engine-side turn detection every chunk goes straight to the engine.
+    assert s.input_processed(pcm(20), 20.0, [(32, 0.99)]) == [AppendAudio(pcm=pcm(20))]
+    out = s.engine_event(port.EngineSpeechStarted(audio_start_ms=10))
+    item_id = out[0].item_id  # type: ignore[union-attr]
+    partial = s.engine_event(port.EngineInputTranscript(item_id="", text="hel"))
+    assert partial == [ev.InputTranscriptionDelta(item_id=item_id, delta="hel")]
+    out = s.engine_event(port.EngineSpeechStopped(audio_end_ms=900))
+    assert out == [ev.SpeechStopped(audio_end_ms=900, item_id=item_id)]
+    final = s.engine_event(port.EngineInputTranscript(item_id=item_id, text="hello", final=True))
+    assert final == [ev.InputTranscriptionCompleted(item_id=item_id, transcript="hello")]
+
+
+def test_engine_error_non_fatal_and_fatal() -> None:
+    s = make()
+    out = s.engine_event(port.EngineError(code="oops", message="hiccup"))
+    assert types(out) == ["error"] and not s.closed
+    out = s.engine_event(port.EngineError(code="dead", message="gone", fatal=True))
+    assert types(out)[-2:] == ["session.closed", "CloseSession"]
+    assert out[-1].code is CloseCode.ENGINE_FAILED  # type: ignore[union-attr]
+    assert s.receive(cmd.SessionHeartbeat(), now=0) == []
+
+
+def test_client_close_cancels_reply_and_closes_normally() -> None:
+    s = make()
+    start_response(s)
+    out = s.receive(cmd.SessionClose(), now=0)
+    assert types(out)[-3:] == ["response.done", "session.closed", "CloseSession"]
+    assert out[-1] == CloseSession(reason="client_close", code=CloseCode.NORMAL)
+    assert audio(s, 20) == []
+
+
+def test_expire_reports_why() -> None:
+    s = make()
+    out = s.expire("idle", CloseCode.IDLE_TIMEOUT, "no message for 1 s")
+    assert out[0].code is ErrorCode.IDLE_TIMEOUT  # type: ignore[union-attr]
+    assert out[-1].code is CloseCode.IDLE_TIMEOUT  # type: ignore[union-attr]
+    assert s.expire("idle", CloseCode.IDLE_TIMEOUT, "again") == []
+
+
+def test_session_update_reaches_engine_and_switches_turn_detection() -> None:
+    s = make(VAD)
+    assert s.gateway_vad
+    out = s.receive(cmd.SessionUpdate(session=SessionPatch(turn_detection=None)), now=0)
+    assert isinstance(out[0], UpdateEngine) and types(out)[1] == "session.updated"
+    assert not s.gateway_vad
+    assert s.input_processed(pcm(20), 20.0) == [AppendAudio(pcm=pcm(20))]
+
+
+@pytest.mark.parametrize("command", [cmd.InputAudioClear(), cmd.BargeIn(), cmd.SessionHeartbeat()])
+def test_commands_after_close_are_ignored(command: cmd.Command) -> None:
+    s = make()
+    s.receive(cmd.SessionClose(), now=0)
+    assert s.receive(command, now=0) == []
+
+
+def test_open_engine_twice_while_opening_is_refused() -> None:
+    s = make(handshake=Handshake.DUPLEX)
+    assert isinstance(s.receive(cmd.SessionUpdate(session=SessionPatch()), now=0)[0], OpenEngine)
+    out = s.receive(cmd.SessionUpdate(session=SessionPatch()), now=0)
+    assert out[0].code is ErrorCode.SESSION_NOT_CONFIGURED  # type: ignore[union-attr]
+
+
+def test_clear_input_during_speech_resets_the_turn() -> None:
+    s = make(VAD)
+    feed(s, 0, 320, 0.95)
+    out = s.receive(cmd.InputAudioClear(), now=0)
+    assert out[0] == ClearInput()
+    # Silence afterwards does not produce a stop for the dropped turn.
+    assert "input_audio_buffer.speech_stopped" not in types(feed(s, 320, 640, 0.01))
