@@ -27,6 +27,7 @@ __all__ = [
     "ResponseCancel",
     "ResponseCreate",
     "SessionClose",
+    "SessionEventAck",
     "SessionHeartbeat",
     "SessionUpdate",
 ]
@@ -145,3 +146,15 @@ class SessionHeartbeat(Command):
 class SessionClose(Command):
     type: ClassVar[str] = "session.close"
     reason: str = "client_close"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionEventAck(Command):
+    """vLLM-Omni extension: the client saw every event up to ``server_event_seq``.
+
+    vLLM-Omni's ``DuplexClient`` sends one after every server event; the session
+    takes it silently (answering with an ``error`` would start an endless loop).
+    """
+
+    type: ClassVar[str] = "session.event_ack"
+    server_event_seq: int

@@ -271,6 +271,8 @@ class Session:
             return self._close(command.reason, CloseCode.NORMAL)
         if isinstance(command, cmd.SessionHeartbeat):
             return [ev.HeartbeatAck(session_id=self.session_id)]
+        if isinstance(command, cmd.SessionEventAck):
+            return []  # resume journals are not kept, so there is nothing to trim
         if not self.configured:
             if isinstance(command, cmd.SessionUpdate):
                 return self._open(command)

@@ -100,6 +100,11 @@ def test_duplex_handshake_requires_session_update_first() -> None:
     assert s.receive(cmd.InputAudioAppend(audio=bytes(640)), now=0) == [ProcessInput(audio=bytes(640))]
 
 
+def test_event_ack_is_taken_silently() -> None:
+    s = make(handshake=Handshake.DUPLEX)
+    assert s.receive(cmd.SessionEventAck(server_event_seq=3), now=0) == []
+
+
 def test_heartbeat_works_before_configuration() -> None:
     s = make(handshake=Handshake.DUPLEX)
     assert types(s.receive(cmd.SessionHeartbeat(), now=0)) == ["session.heartbeat_ack"]

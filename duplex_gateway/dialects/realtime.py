@@ -1,0 +1,493 @@
+"""The OpenAI Realtime dialect: wire JSON <-> typed commands and events.
+
+:func:`parse_client_event` turns one client text frame into a
+:class:`~duplex_gateway.commands.Command` (GA and beta spellings, plus the
+vLLM-Omni duplex extensions) and raises nothing but
+:class:`~duplex_gateway.errors.ProtocolError`. :func:`render_server_event` turns a
+:class:`~duplex_gateway.events.ServerEvent` into the exact wire object, in GA
+names or, with ``beta=True``, in the beta spellings.
+
+Pure: no asyncio, no sockets, no clock. The session object mapping lives in
+:mod:`duplex_gateway.dialects.realtime_session`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from duplex_gateway.commands import (
+    BargeIn,
+    Command,
+    ConversationItemCreate,
+    ConversationItemDelete,
+    ConversationItemRetrieve,
+    ConversationItemTruncate,
+    InputAudioAppend,
+    InputAudioClear,
+    InputAudioCommit,
+    OutputAudioClear,
+    PlaybackAck,
+    ResponseCancel,
+    ResponseCreate,
+    SessionClose,
+    SessionEventAck,
+    SessionHeartbeat,
+    SessionUpdate,
+)
+from duplex_gateway.dialects.realtime_session import (
+    as_int,
+    as_ms,
+    as_object,
+    as_str,
+    get_field,
+    invalid,
+    join,
+    opt_object,
+    opt_str,
+    parse_modalities,
+    parse_session_patch,
+    session_payload,
+)
+from duplex_gateway.errors import ErrorCode, ProtocolError, error_type_for
+from duplex_gateway.events import (
+    AudioDelta,
+    AudioDone,
+    ContentPartAdded,
+    ContentPartDone,
+    ConversationItem,
+    ConversationItemAdded,
+    ConversationItemDeleted,
+    ConversationItemDone,
+    ConversationItemRetrieved,
+    ConversationItemTruncated,
+    ErrorEvent,
+    HeartbeatAck,
+    InputAudioCleared,
+    InputAudioCommitted,
+    InputTranscriptionCompleted,
+    InputTranscriptionDelta,
+    OutputAudioCleared,
+    OutputItemAdded,
+    OutputItemDone,
+    PlaybackAcknowledged,
+    ResponseCreated,
+    ResponseDone,
+    ServerEvent,
+    SessionClosed,
+    SessionCreated,
+    SessionUpdated,
+    SpeechStarted,
+    SpeechStopped,
+    TextDelta,
+    TextDone,
+    TranscriptDelta,
+    TranscriptDone,
+)
+
+__all__ = [
+    "CLIENT_EVENT_TYPES",
+    "parse_client_event",
+    "render_item",
+    "render_server_event",
+    "session_payload",
+]
+
+JsonObject = dict[str, object]
+
+
+# ---------------------------------------------------------------------------
+# Client events -> commands
+
+
+def parse_client_event(text: str | bytes, *, max_bytes: int) -> Command:
+    """Parse one client text frame; raises only :class:`ProtocolError`."""
+    data = _load(text, max_bytes)
+    if not isinstance(data, dict):
+        raise ProtocolError(ErrorCode.INVALID_EVENT, "a client event must be a JSON object")
+    event_id = data.get("event_id")
+    if event_id is not None and not isinstance(event_id, str):
+        raise invalid("event_id", "'event_id' must be a string")
+    try:
+        kind = data.get("type")
+        if not isinstance(kind, str):
+            message = "missing 'type'" if kind is None else "'type' must be a string"
+            raise ProtocolError(ErrorCode.INVALID_EVENT, message, param="type")
+        parser = _PARSERS.get(kind)
+        if parser is None:
+            raise ProtocolError(
+                ErrorCode.UNKNOWN_EVENT, f"unknown client event type {kind[:100]!r}", param="type"
+            )
+        return parser(data, event_id)
+    except ProtocolError as exc:
+        raise exc.with_event_id(event_id) from None
+
+
+def _load(text: str | bytes, max_bytes: int) -> object:
+    if isinstance(text, bytes | bytearray | memoryview):
+        raw = bytes(text)
+        if len(raw) > max_bytes:
+            raise _too_large(len(raw), max_bytes)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError(ErrorCode.INVALID_JSON, "the message is not valid UTF-8") from None
+    elif len(text) > max_bytes or (len(text) * 4 > max_bytes and _utf8_len(text) > max_bytes):
+        raise _too_large(_utf8_len(text), max_bytes)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ProtocolError(ErrorCode.INVALID_JSON, "the message is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, and over-long integer literals
+        raise ProtocolError(ErrorCode.INVALID_JSON, f"invalid JSON: {str(exc)[:200]}") from None
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _too_large(size: int, limit: int) -> ProtocolError:
+    return ProtocolError(
+        ErrorCode.MESSAGE_TOO_LARGE, f"message of {size} bytes exceeds the {limit}-byte limit"
+    )
+
+
+_Parser = Callable[[Mapping[str, object], str | None], Command]
+
+
+def _session_update(data: Mapping[str, object], event_id: str | None) -> Command:
+    session = as_object(get_field(data, "session", "", required=True), "session")
+    return SessionUpdate(event_id=event_id, session=parse_session_patch(session, "session"))
+
+
+def _append(data: Mapping[str, object], event_id: str | None) -> Command:
+    audio = as_str(get_field(data, "audio", "", required=True), "audio")
+    if not audio:
+        raise invalid("audio", "'audio' must not be empty")
+    try:
+        decoded = base64.b64decode(audio, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProtocolError(ErrorCode.INVALID_BASE64, "'audio' is not valid base64", param="audio") from None
+    if not decoded:
+        raise invalid("audio", "'audio' must not be empty")
+    return InputAudioAppend(event_id=event_id, audio=decoded)
+
+
+def _response_create(data: Mapping[str, object], event_id: str | None) -> Command:
+    response = opt_object(data, "response", "")
+    if response is None:
+        return ResponseCreate(event_id=event_id)
+    instructions = opt_str(response, "instructions", "response")
+    modalities = None
+    for key in ("output_modalities", "modalities"):
+        if response.get(key) is not None:
+            modalities = parse_modalities(response[key], join("response", key))
+            break
+    return ResponseCreate(event_id=event_id, instructions=instructions, output_modalities=modalities)
+
+
+def _response_cancel(data: Mapping[str, object], event_id: str | None) -> Command:
+    return ResponseCancel(event_id=event_id, response_id=opt_str(data, "response_id", ""))
+
+
+_TEXT_PARTS = ("input_text", "text", "output_text")
+_ROLES = ("user", "assistant", "system")
+
+
+def _item_create(data: Mapping[str, object], event_id: str | None) -> Command:
+    item = as_object(get_field(data, "item", "", required=True), "item")
+    kind = item.get("type", "message")
+    if kind != "message":
+        raise invalid("item.type", "only 'message' items are supported")
+    role = as_str(get_field(item, "role", "item", required=True), "item.role")
+    if role not in _ROLES:
+        raise invalid("item.role", "'item.role' must be 'user', 'assistant' or 'system'")
+    content = get_field(item, "content", "item", required=True)
+    if not isinstance(content, list) or not content:
+        raise invalid("item.content", "'item.content' must be a non-empty list")
+    texts: list[str] = []
+    for index, part in enumerate(content):
+        path = f"item.content[{index}]"
+        part = as_object(part, path)
+        part_type = as_str(get_field(part, "type", path, required=True), join(path, "type"))
+        if part_type not in _TEXT_PARTS:
+            raise invalid(join(path, "type"), f"content type {part_type[:64]!r} is not supported (text only)")
+        texts.append(as_str(get_field(part, "text", path, required=True), join(path, "text")))
+    return ConversationItemCreate(
+        event_id=event_id,
+        item_id=opt_str(item, "id", "item"),
+        role=role,
+        text="\n".join(texts),
+        previous_item_id=opt_str(data, "previous_item_id", ""),
+    )
+
+
+def _item_id(data: Mapping[str, object]) -> str:
+    return as_str(get_field(data, "item_id", "", required=True), "item_id", nonempty=True)
+
+
+def _item_truncate(data: Mapping[str, object], event_id: str | None) -> Command:
+    item_id = _item_id(data)
+    content_index = as_int(get_field(data, "content_index", "", required=True), "content_index", minimum=0)
+    audio_end_ms = as_ms(get_field(data, "audio_end_ms", "", required=True), "audio_end_ms")
+    return ConversationItemTruncate(
+        event_id=event_id, item_id=item_id, content_index=content_index, audio_end_ms=audio_end_ms
+    )
+
+
+def _item_delete(data: Mapping[str, object], event_id: str | None) -> Command:
+    return ConversationItemDelete(event_id=event_id, item_id=_item_id(data))
+
+
+def _item_retrieve(data: Mapping[str, object], event_id: str | None) -> Command:
+    return ConversationItemRetrieve(event_id=event_id, item_id=_item_id(data))
+
+
+def _playback_ack(data: Mapping[str, object], event_id: str | None) -> Command:
+    played_ms = as_ms(get_field(data, "played_ms", "", required=True), "played_ms")
+    return PlaybackAck(
+        event_id=event_id,
+        response_id=opt_str(data, "response_id", ""),
+        item_id=opt_str(data, "item_id", ""),
+        played_ms=played_ms,
+    )
+
+
+def _session_close(data: Mapping[str, object], event_id: str | None) -> Command:
+    reason = opt_str(data, "reason", "")
+    return (
+        SessionClose(event_id=event_id) if reason is None else SessionClose(event_id=event_id, reason=reason)
+    )
+
+
+def _event_ack(data: Mapping[str, object], event_id: str | None) -> Command:
+    seq = as_int(get_field(data, "server_event_seq", "", required=True), "server_event_seq", minimum=0)
+    return SessionEventAck(event_id=event_id, server_event_seq=seq)
+
+
+def _bare(cls: type[Command]) -> _Parser:
+    def parse(data: Mapping[str, object], event_id: str | None) -> Command:
+        return cls(event_id=event_id)
+
+    return parse
+
+
+_PARSERS: dict[str, _Parser] = {
+    "session.update": _session_update,
+    "input_audio_buffer.append": _append,
+    "input_audio_buffer.commit": _bare(InputAudioCommit),
+    "input_audio_buffer.clear": _bare(InputAudioClear),
+    "response.create": _response_create,
+    "response.cancel": _response_cancel,
+    "conversation.item.create": _item_create,
+    "conversation.item.truncate": _item_truncate,
+    "conversation.item.delete": _item_delete,
+    "conversation.item.retrieve": _item_retrieve,
+    "output_audio_buffer.clear": _bare(OutputAudioClear),
+    "barge_in": _bare(BargeIn),
+    "playback.ack": _playback_ack,
+    "session.heartbeat": _bare(SessionHeartbeat),
+    "session.close": _session_close,
+    "session.event_ack": _event_ack,
+}
+
+#: Every client event type :func:`parse_client_event` accepts.
+CLIENT_EVENT_TYPES: frozenset[str] = frozenset(_PARSERS)
+
+
+# ---------------------------------------------------------------------------
+# Server events -> wire JSON
+
+_BETA_NAMES = {
+    "response.output_audio.delta": "response.audio.delta",
+    "response.output_audio.done": "response.audio.done",
+    "response.output_audio_transcript.delta": "response.audio_transcript.delta",
+    "response.output_audio_transcript.done": "response.audio_transcript.done",
+    "response.output_text.delta": "response.text.delta",
+    "response.output_text.done": "response.text.done",
+    "conversation.item.added": "conversation.item.created",
+}
+#: Events with no beta form (:func:`render_server_event` returns ``None`` for them).
+_GA_ONLY = frozenset({"conversation.item.done"})
+
+
+def render_server_event(
+    event: ServerEvent, *, seq: int, event_id: str, beta: bool, session_id: str
+) -> JsonObject | None:
+    """The wire object for ``event``; ``None`` when the dialect has no form for it."""
+    if beta and event.type in _GA_ONLY:
+        return None
+    renderer = _RENDERERS.get(type(event))
+    if renderer is None:
+        raise TypeError(f"no realtime rendering for {type(event).__name__}")
+    kind = _BETA_NAMES.get(event.type, event.type) if beta else event.type
+    wire: JsonObject = {"type": kind, "event_id": event_id, "server_event_seq": seq}
+    wire.update(renderer(event, beta, session_id))
+    return wire
+
+
+def render_item(item: ConversationItem, *, beta: bool) -> JsonObject:
+    """A conversation item (``realtime.item`` message) as the wire shows it."""
+    content: list[JsonObject] = []
+    if item.role == "assistant":
+        if item.status != "in_progress" or item.transcript or item.text:
+            content.append(_assistant_part(item, beta))
+    elif item.content_type in ("input_audio", "audio", "output_audio"):
+        content.append({"type": "input_audio", "transcript": item.transcript})
+    else:
+        content.append({"type": "input_text", "text": item.text or ""})
+    return {
+        "id": item.id,
+        "object": "realtime.item",
+        "type": "message",
+        "status": item.status,
+        "role": item.role,
+        "content": content,
+    }
+
+
+def _assistant_part(item: ConversationItem, beta: bool) -> JsonObject:
+    if item.content_type in ("audio", "output_audio", "input_audio"):
+        return {"type": "audio" if beta else "output_audio", "transcript": item.transcript or ""}
+    return {"type": "text" if beta else "output_text", "text": item.text or item.transcript or ""}
+
+
+def _part(part_type: str, text: str) -> JsonObject:
+    if part_type in ("audio", "output_audio"):
+        return {"type": "audio", "transcript": text}
+    return {"type": "text", "text": text}
+
+
+def _response(
+    response_id: str,
+    status: str,
+    *,
+    reason: str | None = None,
+    output: tuple[ConversationItem, ...] = (),
+    audio_ms: int = 0,
+    beta: bool,
+) -> JsonObject:
+    details: JsonObject | None = None
+    if status not in ("completed", "in_progress") or reason is not None:
+        details = {"type": status, "reason": reason}
+        if status == "failed":  # OpenAI's ``reason`` only names why a reply stopped early
+            details["reason"] = None
+            details["error"] = {"type": "server_error", "code": reason or "engine_error", "message": reason}
+    return {
+        "object": "realtime.response",
+        "id": response_id,
+        "status": status,
+        "status_details": details,
+        "output": [render_item(item, beta=beta) for item in output],
+        "usage": None,
+        "audio_ms": audio_ms,
+    }
+
+
+def _scoped(event: Any) -> JsonObject:
+    return {
+        "response_id": event.response_id,
+        "item_id": event.item_id,
+        "output_index": event.output_index,
+        "content_index": event.content_index,
+    }
+
+
+_Renderer = Callable[[Any, bool, str], JsonObject]
+
+_RENDERERS: dict[type[ServerEvent], _Renderer] = {
+    SessionCreated: lambda e, beta, sid: {
+        "session": session_payload(e.config, session_id=e.session_id, beta=beta, capabilities=e.capabilities)
+    },
+    SessionUpdated: lambda e, beta, sid: {
+        "session": session_payload(e.config, session_id=e.session_id, beta=beta)
+    },
+    SpeechStarted: lambda e, beta, sid: {"audio_start_ms": e.audio_start_ms, "item_id": e.item_id},
+    SpeechStopped: lambda e, beta, sid: {"audio_end_ms": e.audio_end_ms, "item_id": e.item_id},
+    InputAudioCommitted: lambda e, beta, sid: {"previous_item_id": e.previous_item_id, "item_id": e.item_id},
+    InputAudioCleared: lambda e, beta, sid: {},
+    ConversationItemAdded: lambda e, beta, sid: {
+        "previous_item_id": e.previous_item_id,
+        "item": render_item(e.item, beta=beta),
+    },
+    ConversationItemDone: lambda e, beta, sid: {
+        "previous_item_id": e.previous_item_id,
+        "item": render_item(e.item, beta=beta),
+    },
+    ConversationItemTruncated: lambda e, beta, sid: {
+        "item_id": e.item_id,
+        "content_index": e.content_index,
+        "audio_end_ms": e.audio_end_ms,
+    },
+    ConversationItemDeleted: lambda e, beta, sid: {"item_id": e.item_id},
+    ConversationItemRetrieved: lambda e, beta, sid: {"item": render_item(e.item, beta=beta)},
+    InputTranscriptionDelta: lambda e, beta, sid: {
+        "item_id": e.item_id,
+        "content_index": e.content_index,
+        "delta": e.delta,
+    },
+    InputTranscriptionCompleted: lambda e, beta, sid: {
+        "item_id": e.item_id,
+        "content_index": e.content_index,
+        "transcript": e.transcript,
+    },
+    ResponseCreated: lambda e, beta, sid: {
+        "response_id": e.response_id,
+        "response": _response(e.response_id, "in_progress", beta=beta),
+    },
+    ResponseDone: lambda e, beta, sid: {
+        "response_id": e.response_id,
+        "response": _response(
+            e.response_id, e.status, reason=e.reason, output=e.output, audio_ms=e.audio_ms, beta=beta
+        ),
+    },
+    OutputItemAdded: lambda e, beta, sid: {
+        "response_id": e.response_id,
+        "output_index": e.output_index,
+        "item": render_item(e.item, beta=beta),
+    },
+    OutputItemDone: lambda e, beta, sid: {
+        "response_id": e.response_id,
+        "output_index": e.output_index,
+        "item": render_item(e.item, beta=beta),
+    },
+    ContentPartAdded: lambda e, beta, sid: {**_scoped(e), "part": _part(e.part_type, "")},
+    ContentPartDone: lambda e, beta, sid: {**_scoped(e), "part": _part(e.part_type, e.transcript)},
+    AudioDelta: lambda e, beta, sid: {
+        **_scoped(e),
+        "delta": base64.b64encode(e.audio).decode("ascii"),
+        "sample_rate_hz": e.rate,
+    },
+    AudioDone: lambda e, beta, sid: _scoped(e),
+    TranscriptDelta: lambda e, beta, sid: {**_scoped(e), "delta": e.delta},
+    TranscriptDone: lambda e, beta, sid: {**_scoped(e), "transcript": e.transcript},
+    TextDelta: lambda e, beta, sid: {**_scoped(e), "delta": e.delta},
+    TextDone: lambda e, beta, sid: {**_scoped(e), "text": e.text},
+    OutputAudioCleared: lambda e, beta, sid: {"response_id": e.response_id},
+    PlaybackAcknowledged: lambda e, beta, sid: _playback(e, sid),
+    HeartbeatAck: lambda e, beta, sid: {"session_id": e.session_id},
+    SessionClosed: lambda e, beta, sid: {"session_id": e.session_id, "reason": e.reason},
+    ErrorEvent: lambda e, beta, sid: {
+        "error": {
+            "type": error_type_for(e.code),
+            "code": e.code.value,
+            "message": e.message,
+            "param": e.param,
+            "event_id": e.event_id,
+        }
+    },
+}
+
+
+def _playback(event: PlaybackAcknowledged, session_id: str) -> JsonObject:
+    fields: JsonObject = {
+        "response_id": event.response_id,
+        "played_ms": event.played_ms,
+        "produced_ms": event.produced_ms,
+    }
+    # vLLM-Omni nests its ledger's view under ``event``; mirror it for its clients.
+    nested: JsonObject = {"type": "playback.acknowledged", "session_id": session_id, **fields}
+    return {"session_id": session_id, **fields, "event": nested}
