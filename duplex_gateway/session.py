@@ -679,7 +679,7 @@ class Session:
     def _close(self, reason: str, code: CloseCode, *, engine_gone: bool = False) -> list[Output]:
         outputs: list[Output] = []
         if self.response_active and not engine_gone:
-            outputs.extend(self._cancel("session_closed", engine_call=False))
+            outputs.extend(self._cancel("client_cancelled", engine_call=False))
         self.closed = True
         outputs.append(ev.SessionClosed(session_id=self.session_id, reason=reason))
         outputs.append(CloseSession(reason=reason, code=code))
