@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -54,7 +55,7 @@ logger = logging.getLogger(__name__)
 class Socket(Protocol):
     """The part of a WebSocket the connection uses (Starlette's fits)."""
 
-    async def receive(self) -> dict[str, Any]: ...
+    async def receive(self) -> MutableMapping[str, Any]: ...
     async def send_text(self, data: str) -> None: ...
     async def close(self, code: int = 1000, reason: str | None = None) -> None: ...
 
@@ -188,7 +189,7 @@ class Connection:
             except ProtocolError as exc:
                 await self._send_error(exc)
                 continue
-            await self._step(lambda c=command: self.session.receive(c, now=loop.time()))
+            await self._step(functools.partial(self.session.receive, command, now=loop.time()))
 
     async def _expire(self, code: CloseCode, message: str) -> None:
         await self._step(lambda: self.session.expire(code.name.lower(), code, message))
@@ -238,7 +239,7 @@ class Connection:
     async def _pump_engine(self, engine_session: port.EngineSession) -> None:
         try:
             async for event in engine_session.events():
-                await self._step(lambda e=event: self.session.engine_event(e))
+                await self._step(functools.partial(self.session.engine_event, event))
                 if isinstance(event, port.EngineClosed):
                     return
         except _SlowConsumer:
@@ -283,11 +284,11 @@ class Connection:
         wire, vad = self.session.config.input_format, self.session.gateway_vad
         current = self._input
         if current is None or current.wire != wire or current.vad != vad:
-            self._input = InputPipeline(
+            current = self._input = InputPipeline(
                 wire, self._engine.capabilities.input_rate, vad=vad,
                 start_ms=current.position_ms if current is not None else 0.0,
             )
-        return self._input
+        return current
 
     def _output_converter(self) -> OutputConverter:
         wire = self.session.config.output_format

@@ -22,7 +22,7 @@ from typing import Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-import onnxruntime as ort  # type: ignore[import-untyped]
+import onnxruntime as ort
 
 from duplex_gateway.session_config import TurnDetection
 

@@ -16,7 +16,7 @@ from typing import Final, Literal
 
 import numpy as np
 import numpy.typing as npt
-import soxr  # type: ignore[import-untyped]
+import soxr
 
 __all__ = ["Quality", "StreamResampler"]
 
