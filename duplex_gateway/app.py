@@ -22,10 +22,10 @@ from starlette.websockets import WebSocket
 from duplex_gateway.audio.format import AudioFormat, Encoding
 from duplex_gateway.config import GatewaySettings
 from duplex_gateway.connection import Connection, SessionRegistry
+from duplex_gateway.dialects.realtime import render_server_event
 from duplex_gateway.engine import port
 from duplex_gateway.errors import CloseCode, ErrorCode
 from duplex_gateway.events import ErrorEvent
-from duplex_gateway.dialects.realtime import render_server_event
 from duplex_gateway.session import Handshake
 from duplex_gateway.session_config import SessionConfig, TurnDetection
 

@@ -19,6 +19,7 @@ __all__ = [
     "AuthSettings",
     "ConfigError",
     "EchoSettings",
+    "EmbeddedSettings",
     "EngineSettings",
     "GatewaySettings",
     "LimitSettings",
@@ -79,9 +80,27 @@ class EchoSettings(_Section):
     max_turn_s: float = Field(60.0, gt=0)
 
 
+class EmbeddedSettings(_Section):
+    """The ``embedded`` engine: pocketsphinx + Whisper tiny.en + Piper on the CPU."""
+
+    #: Longest caller turn kept for transcription; a longer one keeps its most recent part.
+    max_turn_s: float = Field(30.0, gt=0, le=600)
+    #: Inference threads shared by all sessions; unset means one per core.
+    workers: int | None = Field(None, ge=1, le=256)
+    #: Threads inside one Whisper transcription; unset means one per core.
+    whisper_cpu_threads: int | None = Field(None, ge=1, le=256)
+    #: Threads inside one Piper synthesis; unset means one per core.
+    tts_threads: int | None = Field(None, ge=1, le=256)
+    #: Stream partial transcripts of the caller (pocketsphinx; ~90 MB and ~0.2 of a core per talking caller).
+    partials: bool = True
+    #: Size of the reply audio chunks.
+    chunk_ms: int = Field(100, ge=10, le=1000)
+
+
 class EngineSettings(_Section):
     name: str = "echo"
     echo: EchoSettings = EchoSettings()
+    embedded: EmbeddedSettings = EmbeddedSettings()
 
 
 class SessionDefaults(_Section):
@@ -122,10 +141,10 @@ class GatewaySettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Command-line values beat the environment, which beats the file.
-        return (init_settings, env_settings, InitSettingsSource(settings_cls, _FILE_DATA.get()))
+        return (init_settings, env_settings, InitSettingsSource(settings_cls, _FILE_DATA.get() or {}))
 
 
-_FILE_DATA: ContextVar[dict[str, Any]] = ContextVar("duplex_gateway_config_file", default={})
+_FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("duplex_gateway_config_file", default=None)
 
 
 class ConfigError(Exception):

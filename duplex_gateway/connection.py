@@ -21,7 +21,6 @@ from typing import Any, Protocol
 
 from duplex_gateway import events as ev
 from duplex_gateway.audio.convert import OutputConverter
-from duplex_gateway.commands import Command
 from duplex_gateway.config import GatewaySettings
 from duplex_gateway.dialects.realtime import parse_client_event, render_server_event
 from duplex_gateway.engine import port
@@ -47,7 +46,7 @@ from duplex_gateway.session import (
 )
 from duplex_gateway.session_config import SessionConfig
 
-__all__ = ["Connection", "Socket", "SessionRegistry"]
+__all__ = ["Connection", "SessionRegistry", "Socket"]
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +212,7 @@ class Connection:
         if self._writer is not None:
             try:
                 await asyncio.wait_for(self._writer, self._limits.send_timeout_s)
-            except (TimeoutError, Exception):
+            except Exception:  # noqa: BLE001 - a writer stuck or failed in any way is torn down the same
                 self._writer.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await self._writer
@@ -388,8 +387,8 @@ class Connection:
                 continue
             try:
                 await self._socket.send_text(json.dumps(payload, separators=(",", ":")))
-            except Exception:
-                # The client is gone; the reader sees the disconnect and tears down.
+            except Exception:  # noqa: BLE001 - any send failure means the client is gone
+                # The reader sees the disconnect and tears down.
                 return
 
 

@@ -18,7 +18,7 @@ import secrets
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from duplex_gateway import commands as cmd
 from duplex_gateway import events as ev
@@ -30,6 +30,7 @@ from duplex_gateway.vad import SpeechStart, SpeechStop, TurnDetector
 
 __all__ = [
     "AckPlayback",
+    "AddItem",
     "AppendAudio",
     "BargeInEngine",
     "CancelResponse",
@@ -41,7 +42,6 @@ __all__ = [
     "OpenEngine",
     "Output",
     "ProcessInput",
-    "AddItem",
     "Session",
     "StartResponse",
     "UpdateEngine",
@@ -426,7 +426,7 @@ class Session:
             ),
         ]
 
-    _handlers: dict[type[cmd.Command], Callable[[Session, Any, float], list[Output]]] = {}
+    _handlers: ClassVar[dict[type[cmd.Command], Callable[[Session, Any, float], list[Output]]]] = {}
 
     # -- caller audio -------------------------------------------------------------------
 

@@ -14,12 +14,12 @@ from duplex_gateway.audio.format import AudioFormat, Encoding
 from duplex_gateway.errors import ErrorCode, ProtocolError
 
 __all__ = [
+    "UNSET",
     "Modality",
     "SessionConfig",
     "SessionPatch",
     "TurnDetection",
     "TurnDetectionMode",
-    "UNSET",
 ]
 
 

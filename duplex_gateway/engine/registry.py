@@ -23,10 +23,26 @@ def _echo(settings: GatewaySettings) -> Engine:
     )
 
 
+def _embedded(settings: GatewaySettings) -> Engine:
+    from duplex_gateway.engine.embedded import EmbeddedEngine
+
+    embedded = settings.engine.embedded
+    return EmbeddedEngine(
+        max_sessions=settings.limits.max_sessions,
+        max_turn_s=embedded.max_turn_s,
+        workers=embedded.workers,
+        whisper_cpu_threads=embedded.whisper_cpu_threads,
+        tts_threads=embedded.tts_threads,
+        partials=embedded.partials,
+        chunk_ms=embedded.chunk_ms,
+    )
+
+
 #: Builders by engine name; each imports its engine only when chosen, so heavy
 #: stacks never load unless asked for.
 ENGINES: dict[str, Callable[[GatewaySettings], Engine]] = {
     "echo": _echo,
+    "embedded": _embedded,
 }
 
 
