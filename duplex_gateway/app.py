@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
@@ -67,6 +68,7 @@ class _Gateway:
         self.engine = engine
         self.defaults = session_defaults(settings)
         self.registry = SessionRegistry(settings.limits.max_sessions)
+        self.connections: set[Connection] = set()
         # Sized to the cores: audio conversion and VAD are CPU-bound.
         self.executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="audio")
 
@@ -117,7 +119,23 @@ class _Gateway:
             handshake=handshake,
             beta=beta,
         )
-        await connection.serve()
+        self.connections.add(connection)
+        try:
+            await connection.serve()
+        finally:
+            self.connections.discard(connection)
+
+    async def close_all(self, timeout_s: float = 5.0) -> None:
+        """Tell every live session the gateway is going away and wait for them to close."""
+        connections = list(self.connections)
+        if not connections:
+            return
+        logger.info("closing %d sessions for shutdown", len(connections))
+        await asyncio.gather(*(c.shut_down() for c in connections), return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.connections and loop.time() < deadline:
+            await asyncio.sleep(0.02)
 
     def _authorized(self, websocket: WebSocket, offered: list[str]) -> bool:
         keys = self.settings.auth.api_keys

@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main"]
 
@@ -18,7 +19,33 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--engine", help="engine name, overriding engine.name")
     serve.add_argument("--host", help="address to listen on, overriding server.host")
     serve.add_argument("--port", type=int, help="port to listen on, overriding server.port")
+    talk = commands.add_parser("call", help="stream a WAV file to a gateway and save the spoken reply")
+    talk.add_argument("wav", help="caller audio: a WAV file (any rate; mono or stereo)")
+    talk.add_argument("--url", default="ws://127.0.0.1:8000/v1/realtime", help="gateway WebSocket URL")
+    talk.add_argument("--out", help="write the reply audio to this WAV file")
+    talk.add_argument("--api-key", help="API key, when the gateway requires one")
+    talk.add_argument("--timeout", type=float, default=60.0, help="give up after this many seconds")
     return parser
+
+
+def _call(args: argparse.Namespace) -> int:
+    import asyncio
+    from pathlib import Path
+
+    from duplex_gateway.call import OUTPUT_RATE, call, write_wav
+
+    try:
+        result = asyncio.run(call(args.url, Path(args.wav), api_key=args.api_key, timeout_s=args.timeout))
+    except (OSError, RuntimeError, TimeoutError) as exc:
+        print(f"duplex-gateway call: {exc or type(exc).__name__}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the WebSocket library's failures, reported plainly
+        print(f"duplex-gateway call: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    if args.out:
+        write_wav(Path(args.out), result.reply_audio, OUTPUT_RATE)
+        print(f"reply audio written to {args.out}")
+    return 0 if result.response_status == "completed" else 1
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -39,8 +66,17 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     server = settings.server
     logging.basicConfig(level=server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(
-        create_app(settings, engine),
+    app = create_app(settings, engine)
+
+    class GatewayServer(uvicorn.Server):
+        async def shutdown(self, sockets: list[Any] | None = None) -> None:
+            # uvicorn would close every WebSocket with 1012 at once; first give each
+            # session its closing events and a 1001.
+            await app.state.gateway.close_all()
+            await super().shutdown(sockets)
+
+    config = uvicorn.Config(
+        app,
         host=server.host,
         port=server.port,
         loop="uvloop",
@@ -52,6 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=server.log_level,
         timeout_graceful_shutdown=5,
     )
+    GatewayServer(config).run()
     return 0
 
 
@@ -60,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "call":
+        return _call(args)
     return 2
 
 

@@ -157,6 +157,10 @@ class Connection:
             if admitted:
                 self._registry.release(self.session_id)
 
+    async def shut_down(self) -> None:
+        """Close this session because the gateway is stopping (close code 1001)."""
+        await self._step(self.session.shut_down)
+
     async def _refuse(self, code: ErrorCode, message: str) -> None:
         await self._emit_raw(ev.ErrorEvent(code=code, message=message))
         await self._enqueue_close(CloseCode.TRY_AGAIN_LATER, code.value)

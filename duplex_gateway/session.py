@@ -437,22 +437,26 @@ class Session:
 
         ``end_ms`` counts from the start of the session's input stream.
         """
-        if self.closed or not pcm:
+        # An empty chunk (the resampler is still filling) still moves the input
+        # clock and may carry VAD windows: only its audio is absent.
+        if self.closed:
             return []
         start_ms = self._input_ms
         self._input_ms += duration_ms
         if self._detector is None:
             self._buffered_ms += duration_ms
-            return [AppendAudio(pcm=pcm)]
+            return [AppendAudio(pcm=pcm)] if pcm else []
         outputs: list[Output] = []
         if self._speech_item_id is None:
-            self._ring.append((start_ms, self._input_ms, pcm))
+            if pcm:
+                self._ring.append((start_ms, self._input_ms, pcm))
             horizon = self._input_ms - self._ring_capacity_ms()
             while self._ring and self._ring[0][1] < horizon:
                 self._ring.popleft()
         else:
             self._buffered_ms += duration_ms
-            outputs.append(AppendAudio(pcm=pcm))
+            if pcm:
+                outputs.append(AppendAudio(pcm=pcm))
         for decision in self._detector.feed_many(windows):
             if isinstance(decision, SpeechStart) and self._speech_item_id is None:
                 outputs.extend(self._speech_started(decision.audio_start_ms))
@@ -684,6 +688,12 @@ class Session:
         outputs.append(ev.SessionClosed(session_id=self.session_id, reason=reason))
         outputs.append(CloseSession(reason=reason, code=code))
         return outputs
+
+    def shut_down(self) -> list[Output]:
+        """The gateway is stopping: close out any reply, say so, close with 1001."""
+        if self.closed:
+            return []
+        return self._close("server_shutdown", CloseCode.GOING_AWAY)
 
     def expire(self, reason: str, code: CloseCode, message: str) -> list[Output]:
         """The transport ended the session (idle, too long, slow reader): say why, then close."""

@@ -457,3 +457,22 @@ def test_clear_input_during_speech_resets_the_turn() -> None:
     assert out[0] == ClearInput()
     # Silence afterwards does not produce a stop for the dropped turn.
     assert "input_audio_buffer.speech_stopped" not in types(feed(s, 320, 640, 0.01))
+
+
+def test_chunks_the_resampler_held_back_still_move_the_clock() -> None:
+    s = make(VAD)
+    # A resampler filling its filter returns no audio for a chunk; its time and VAD windows still count.
+    assert s.input_processed(b"", 20.0, [(32, 0.01)]) == []
+    assert s.input_processed(b"", 20.0, []) == []
+    out = feed(s, 40, 320, 0.95)
+    assert types(out)[0] == "input_audio_buffer.speech_started"
+    assert s.input_processed(b"", 20.0, []) == []  # no empty AppendAudio in speech either
+
+
+def test_shutdown_closes_with_going_away() -> None:
+    s = make()
+    start_response(s)
+    out = s.shut_down()
+    assert types(out)[-3:] == ["response.done", "session.closed", "CloseSession"]
+    assert out[-1].code is CloseCode.GOING_AWAY  # type: ignore[union-attr]
+    assert s.shut_down() == []

@@ -1,0 +1,207 @@
+"""Every wire format and rate, end to end: the echo must be the caller's turn, intact.
+
+The caller streams the speech fixture (silence, speech, silence) in 20 ms frames in
+one input format/rate; server VAD finds the turn; the echo engine answers with it;
+the reply arrives in the session's output format/rate. Checked against a pcm16
+24 kHz baseline run on the same gateway: the turn boundaries match, the reply starts
+where ``speech_started.audio_start_ms`` says (so the prefix padding is in it) and
+sounds like the input (cross-correlation).
+
+The gateway is configured with echo pace 0 and a huge input burst allowance: VAD
+and turns run on the audio clock, so the audio can be sent as fast as possible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+import soxr
+
+from tests.e2e.helpers import (
+    EventLog,
+    Gateway,
+    GatewayFactory,
+    audio_of,
+    bytes_per_sample,
+    decode,
+    load_speech,
+    send_json,
+    silence,
+    stream_audio,
+    ws_connect,
+)
+
+pytestmark = pytest.mark.e2e
+
+GA_TYPE = {
+    "pcm16": "audio/pcm",
+    "pcm_f32le": "audio/pcm_f32le",
+    "g711_ulaw": "audio/pcmu",
+    "g711_alaw": "audio/pcma",
+}
+BEFORE_MS, AFTER_MS = 1000, 1000
+
+@pytest.fixture(scope="module")
+def gateway(module_gateway_factory: GatewayFactory) -> Gateway:
+    return module_gateway_factory.start(
+        {
+            "server": {"web_demo": False},
+            "limits": {"input_rate_factor": 100, "input_burst_ms": 120_000},
+            "engine": {"name": "echo", "echo": {"pace": 0}},
+        },
+        name="formats",
+    )
+
+
+def _lag(reply: np.ndarray, reference: np.ndarray) -> tuple[int, float]:
+    """Where ``reply`` best fits inside ``reference`` (samples) and the normalised correlation there."""
+    n = len(reply) + len(reference)
+    size = 1 << (n - 1).bit_length()
+    corr = np.fft.irfft(np.fft.rfft(reference, size) * np.conj(np.fft.rfft(reply, size)), size)
+    lag = int(np.argmax(corr[: len(reference)]))
+    window = reference[lag : lag + len(reply)]
+    m = min(len(window), len(reply))
+    a, b = reply[:m], window[:m]
+    return lag, float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-9))
+
+
+def _to_24k(samples: np.ndarray, rate: int) -> np.ndarray:
+    return samples if rate == 24000 else soxr.resample(samples, rate, 24000).astype(np.float32)
+
+
+async def echo_turn(gw: Gateway, in_fmt: str, in_rate: int, out_fmt: str, out_rate: int) -> dict[str, Any]:
+    """Stream one turn in (in_fmt, in_rate); measure the echo in (out_fmt, out_rate)."""
+    stream = (
+        silence(BEFORE_MS, in_rate, in_fmt)
+        + load_speech(in_rate, in_fmt)
+        + silence(AFTER_MS, in_rate, in_fmt)
+    )
+    async with ws_connect(gw) as ws:
+        log = EventLog(ws.recv)
+        try:
+            await log.wait_for("session.created", 5)
+            await send_json(
+                ws,
+                {
+                    "type": "session.update",
+                    "session": {
+                        "type": "realtime",
+                        "audio": {
+                            "input": {"format": {"type": GA_TYPE[in_fmt], "rate": in_rate}},
+                            "output": {"format": {"type": GA_TYPE[out_fmt], "rate": out_rate}},
+                        },
+                    },
+                },
+            )
+            _, updated = await log.wait_for("session.updated", 5)
+            audio = updated["session"]["audio"]
+            assert audio["input"]["format"]["type"] == GA_TYPE[in_fmt]
+            assert audio["input"]["format"].get("rate", 8000) == in_rate
+            assert audio["output"]["format"]["type"] == GA_TYPE[out_fmt]
+            assert audio["output"]["format"].get("rate", 8000) == out_rate
+            await stream_audio(ws, stream, frame_ms=20, realtime=False, rate=in_rate, fmt=in_fmt, timeout=30)
+            i_start, started = await log.wait_for("input_audio_buffer.speech_started", 10)
+            _, stopped = await log.wait_for("input_audio_buffer.speech_stopped", 10, start=i_start)
+            index, created = await log.wait_for("response.created", 10, start=i_start)
+            response_id = created["response"]["id"]
+            done_index, done = await log.wait_for(
+                lambda e: e["type"] == "response.done" and e["response"]["id"] == response_id, 10, start=index
+            )
+            assert done["response"]["status"] == "completed", done
+            deltas = [e for e in log.events[index:done_index] if e["type"] == "response.output_audio.delta"]
+            assert {d["sample_rate_hz"] for d in deltas} == {out_rate}
+            reply = audio_of(log.events[index:done_index], response_id)
+            assert not [e for e in log.events if e["type"] == "error"]
+        finally:
+            await log.aclose()
+    assert len(reply) % bytes_per_sample(out_fmt) == 0
+    reply_24k = _to_24k(decode(reply, out_fmt), out_rate)
+    reference = _to_24k(decode(stream, in_fmt), in_rate)
+    lag, similarity = await asyncio.to_thread(_lag, reply_24k, reference)
+    return {
+        "start": started["audio_start_ms"],
+        "end": stopped["audio_end_ms"],
+        "reply_ms": len(reply) / bytes_per_sample(out_fmt) * 1000 / out_rate,
+        "reply_start_ms": lag / 24,
+        "similarity": similarity,
+    }
+
+
+@pytest.fixture(scope="module")
+def baseline(gateway: Gateway) -> dict[str, Any]:
+    """The pcm16 24 kHz turn (the engine's own format: no conversion anywhere)."""
+    result = asyncio.run(echo_turn(gateway, "pcm16", 24000, "pcm16", 24000))
+    assert BEFORE_MS - 300 <= result["start"] <= BEFORE_MS + 1000, result
+    return result
+
+
+def _check(result: dict[str, Any], baseline: dict[str, Any], min_similarity: float) -> None:
+    # VAD windows are 32 ms: the same speech gives the same turn at any rate/format.
+    assert abs(result["start"] - baseline["start"]) <= 64, (result, baseline)
+    assert abs(result["end"] - baseline["end"]) <= 128, (result, baseline)
+    turn_ms = result["end"] - result["start"]
+    assert -100 <= result["reply_ms"] - turn_ms <= 250, result
+    # The reply begins where speech_started says the turn begins (prefix padding included).
+    assert -120 <= result["reply_start_ms"] - result["start"] <= 60, result
+    assert result["similarity"] >= min_similarity, result
+
+
+def test_baseline_pcm16_24k(baseline: dict[str, Any]) -> None:
+    _check(baseline, baseline, 0.99)
+
+
+@pytest.mark.parametrize(
+    ("in_fmt", "in_rate", "out_fmt", "out_rate", "min_similarity"),
+    [
+        pytest.param("pcm16", 24000, "g711_ulaw", 8000, 0.9, id="out-ulaw-8k"),
+        pytest.param("pcm16", 24000, "pcm_f32le", 48000, 0.99, id="out-f32-48k"),
+        pytest.param("pcm16", 24000, "pcm16", 16000, 0.95, id="out-pcm16-16k"),
+        pytest.param(
+            "pcm16",
+            16000,
+            "pcm16",
+            24000,
+            0.99,
+            id="in-pcm16-16k",
+        ),
+        pytest.param(
+            "pcm_f32le",
+            48000,
+            "pcm16",
+            24000,
+            0.99,
+            id="in-f32-48k",
+        ),
+        pytest.param(
+            "g711_ulaw",
+            8000,
+            "g711_ulaw",
+            8000,
+            0.9,
+            id="ulaw-8k-both-ways",
+        ),
+        pytest.param(
+            "g711_alaw",
+            8000,
+            "pcm16",
+            16000,
+            0.9,
+            id="in-alaw-8k",
+        ),
+    ],
+)
+async def test_formats_and_rates(
+    gateway: Gateway,
+    baseline: dict[str, Any],
+    in_fmt: str,
+    in_rate: int,
+    out_fmt: str,
+    out_rate: int,
+    min_similarity: float,
+) -> None:
+    result = await echo_turn(gateway, in_fmt, in_rate, out_fmt, out_rate)
+    _check(result, baseline, min_similarity)
+    await gateway.wait_sessions(0)

@@ -1,0 +1,171 @@
+"""What a new user does first: ``duplex-gateway serve --engine echo``, then talk to it.
+
+Runs the installed console script (``.venv/bin/duplex-gateway``) with no config file,
+streams a WAV read with soundfile (pcm16, 16 kHz, as recorded) and checks the echo:
+the reply is the caller's own speech, resampled to the session's 24 kHz output.
+Also: a config file with a typo makes ``serve`` exit non-zero and name the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+
+from tests.e2e.helpers import (
+    CONSOLE_SCRIPT,
+    REPO,
+    SPEECH_WAV,
+    EventLog,
+    GatewayFactory,
+    audio_of,
+    duration_ms,
+    free_port,
+    gateway_env,
+    send_json,
+    stream_audio,
+    ws_connect,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def _best_correlation(reply: np.ndarray, reference: np.ndarray) -> float:
+    """Peak normalised cross-correlation of ``reply`` inside ``reference`` (FFT, any lag)."""
+    n = len(reply) + len(reference)
+    size = 1 << (n - 1).bit_length()
+    corr = np.fft.irfft(np.fft.rfft(reference, size) * np.conj(np.fft.rfft(reply, size)), size)
+    lag = int(np.argmax(corr[: len(reference)]))
+    window = reference[lag : lag + len(reply)]
+    m = min(len(window), len(reply))
+    a, b = reply[:m], window[:m]
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-9))
+
+
+async def test_serve_echo_and_stream_a_wav(gateway_factory: GatewayFactory) -> None:
+    assert CONSOLE_SCRIPT.exists(), CONSOLE_SCRIPT
+    gw = gateway_factory.start(None, console_script=True, args=["--engine", "echo"], name="cli")
+    assert gw.readyz()["engine"] == "echo"
+
+    pcm, rate = sf.read(SPEECH_WAV, dtype="int16")
+    assert rate == 16000 and pcm.ndim == 1
+    pad = np.zeros(rate, dtype=np.int16)  # 1 s of silence either side, as a recording would have
+    stream = np.concatenate([pad, pcm, pad]).astype("<i2").tobytes()
+
+    async with ws_connect(gw, "/v1/realtime") as ws:
+        log = EventLog(ws.recv)
+        try:
+            _, created = await log.wait_for("session.created", 5)
+            # Defaults: pcm16 at 24 kHz both ways, server VAD on.
+            assert created["session"]["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
+            assert created["session"]["audio"]["input"]["turn_detection"]["type"] == "server_vad"
+            await send_json(
+                ws,
+                {
+                    "type": "session.update",
+                    "session": {
+                        "type": "realtime",
+                        "audio": {"input": {"format": {"type": "audio/pcm", "rate": rate}}},
+                    },
+                },
+            )
+            _, updated = await log.wait_for("session.updated", 5)
+            assert updated["session"]["audio"]["input"]["format"]["rate"] == rate
+            await stream_audio(ws, stream, frame_ms=20, rate=rate, speed=1.4, lead_ms=1500, timeout=20)
+            i_start, started = await log.wait_for("input_audio_buffer.speech_started", 5)
+            _, stopped = await log.wait_for("input_audio_buffer.speech_stopped", 5, start=i_start)
+            index, created_resp = await log.wait_for("response.created", 5, start=i_start)
+            response_id = created_resp["response"]["id"]
+            done_index, done = await log.wait_for(
+                lambda e: e["type"] == "response.done" and e["response"]["id"] == response_id, 15, start=index
+            )
+            assert done["response"]["status"] == "completed", done
+            deltas = [e for e in log.events[index:done_index] if e["type"] == "response.output_audio.delta"]
+            assert deltas and {d.get("sample_rate_hz", 24000) for d in deltas} == {24000}
+            reply = audio_of(log.events[index:done_index], response_id)
+        finally:
+            await log.aclose()
+
+    reply_ms = duration_ms(reply, 24000)
+    turn_ms = stopped["audio_end_ms"] - started["audio_start_ms"]
+    assert abs(reply_ms - turn_ms) <= 600, (reply_ms, turn_ms)
+    assert 2500 <= reply_ms <= 5500, reply_ms
+    # The echo is the caller's own speech: compare with the WAV resampled to 24 kHz.
+    reference = soxr.resample(np.concatenate([pad, pcm, pad]).astype(np.float32) / 32768, rate, 24000)
+    reply_f = np.frombuffer(reply, dtype="<i2").astype(np.float32) / 32768
+    assert np.sqrt(np.mean(reply_f**2)) > 0.01, "the reply is silent"
+    similarity = await asyncio.to_thread(_best_correlation, reply_f, reference.astype(np.float32))
+    assert similarity > 0.9, f"the echo does not sound like the caller (correlation {similarity:.3f})"
+    await gw.wait_sessions(0)
+
+
+BAD_CONFIGS = {
+    "unknown_nested_key": ("limits:\n  max_sesions: 3\n", ["max_sesions"]),
+    "unknown_top_level_key": ("servr:\n  port: 9000\n", ["servr"]),
+    "bad_value": ("limits:\n  max_sessions: 0\n", ["limits.max_sessions"]),
+    "unknown_engine": ("engine:\n  name: no-such-engine\n", ["engine.name", "no-such-engine"]),
+}
+
+
+def test_bad_config_exits_non_zero_and_names_the_key(tmp_path: Path) -> None:
+    procs = {}
+    for name, (text, _) in BAD_CONFIGS.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text, encoding="utf-8")
+        cmd = [
+            str(CONSOLE_SCRIPT),
+            "serve",
+            "--config",
+            str(path),
+            "--port",
+            str(free_port()),
+            "--host",
+            "127.0.0.1",
+        ]
+        procs[name] = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=gateway_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
+    failures = []
+    for name, proc in procs.items():
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate(timeout=5)
+            failures.append(f"{name}: still running after 30 s (it started a server on a bad config)")
+            continue
+        stderr = err.decode(errors="replace")
+        if proc.returncode == 0:
+            failures.append(f"{name}: exit code 0")
+        for needle in BAD_CONFIGS[name][1]:
+            if needle not in stderr:
+                failures.append(f"{name}: stderr does not name {needle!r}: {stderr[-500:]!r}")
+        if "Traceback" in stderr:
+            failures.append(f"{name}: a traceback instead of a message: {stderr[-1500:]}")
+    assert not failures, "\n".join(failures)
+
+
+def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    proc = subprocess.run(
+        [str(CONSOLE_SCRIPT), "serve", "--config", str(missing), "--port", str(free_port())],
+        cwd=REPO,
+        env=gateway_env(),
+        capture_output=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert proc.returncode != 0
+    stderr = proc.stderr.decode(errors="replace")
+    assert str(missing) in stderr and "Traceback" not in stderr, stderr
