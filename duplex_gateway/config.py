@@ -95,6 +95,13 @@ class EmbeddedSettings(_Section):
     partials: bool = True
     #: Size of the reply audio chunks.
     chunk_ms: int = Field(100, ge=10, le=1000)
+    #: Speed of the reply audio relative to real time; 0 sends it as fast as it is synthesized.
+    #: Paced replies stay in progress while heard, so a barge-in stops what is not yet sent.
+    pace: float = Field(1.0, ge=0)
+    #: How far a paced reply runs ahead of real time (covers network jitter and the next sentence's synthesis).
+    lead_ms: int = Field(1000, ge=0, le=60_000)
+    #: Sessions this engine admits (each talking caller costs CPU); unset means ``limits.max_sessions``.
+    max_sessions: int | None = Field(None, ge=1)
 
 
 class EngineSettings(_Section):

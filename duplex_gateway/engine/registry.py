@@ -27,14 +27,17 @@ def _embedded(settings: GatewaySettings) -> Engine:
     from duplex_gateway.engine.embedded import EmbeddedEngine
 
     embedded = settings.engine.embedded
+    limit = settings.limits.max_sessions
     return EmbeddedEngine(
-        max_sessions=settings.limits.max_sessions,
+        max_sessions=min(limit, embedded.max_sessions) if embedded.max_sessions else limit,
         max_turn_s=embedded.max_turn_s,
         workers=embedded.workers,
         whisper_cpu_threads=embedded.whisper_cpu_threads,
         tts_threads=embedded.tts_threads,
         partials=embedded.partials,
         chunk_ms=embedded.chunk_ms,
+        pace=embedded.pace,
+        lead_ms=embedded.lead_ms,
     )
 
 

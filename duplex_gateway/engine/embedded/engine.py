@@ -1,0 +1,596 @@
+"""The ``embedded`` engine: a real voice loop on the CPU, from models shipped in wheels.
+
+Caller audio (16 kHz PCM16, one turn at a time: the gateway finds the turns)
+feeds a streaming pocketsphinx recognizer for partial transcripts. A committed
+turn is transcribed by Whisper tiny.en; the text goes through a
+:class:`~duplex_gateway.engine.embedded.responder.Responder`; the reply is
+split into sentences and each is spoken by Piper and streamed as soon as it is
+synthesized. Cancel and barge-in stop the reply between or inside sentences.
+
+Every model is loaded once per process in :meth:`EmbeddedEngine.start` and
+shared by all sessions. All inference runs on one bounded thread pool, never
+on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Final, ParamSpec, TypeVar
+
+import numpy as np
+
+from duplex_gateway.engine import port
+from duplex_gateway.engine.embedded.asr import (
+    SAMPLE_RATE,
+    FinalRecognizer,
+    PartialRecognizer,
+    PartialRecognizerPool,
+)
+from duplex_gateway.engine.embedded.responder import Responder, RestatingResponder
+from duplex_gateway.engine.embedded.tts import PiperSynthesizer, split_sentences, voice_sample_rate
+from duplex_gateway.session_config import SessionConfig
+
+__all__ = ["EmbeddedEngine", "EmbeddedModels", "EmbeddedSession"]
+
+logger = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+_EVENT_QUEUE_SIZE: Final = 256
+#: Caller audio waiting for the partial recognizer beyond this is dropped (and
+#: the partial restarted): a partial that far behind is of no use to anyone.
+_MAX_PARTIAL_BACKLOG_S: Final = 5.0
+#: Decoders kept ready beyond those in use, so opening a session costs nothing.
+_SPARE_DECODERS: Final = 1
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedModels:
+    """The models an engine uses, shared by the whole process."""
+
+    final: FinalRecognizer
+    voice: PiperSynthesizer
+    partials: PartialRecognizerPool | None
+
+
+class _Pacer:
+    """Releases reply audio at ``pace`` times real time, ``lead_s`` ahead of the listener.
+
+    Pacing keeps a reply in progress while it is heard, so a barge-in finds
+    it active and stops what has not been sent. ``pace`` 0 sends at once.
+    """
+
+    def __init__(self, pace: float, lead_s: float) -> None:
+        self._pace = pace
+        self._lead_s = max(0.0, lead_s)
+        self._anchor: float | None = None  # loop time at which the listener starts playback
+        self._sent_s = 0.0
+
+    async def wait(self) -> None:
+        """Wait until the next chunk is due."""
+        if self._pace <= 0:
+            return
+        now = asyncio.get_running_loop().time()
+        if self._anchor is None or now - self._anchor > self._sent_s / self._pace:
+            # First audio, or synthesis fell behind and the listener ran dry:
+            # playback (re)starts now, with a fresh lead.
+            self._anchor = now - self._sent_s / self._pace
+        delay = self._anchor + (self._sent_s - self._lead_s) / self._pace - now
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def sent(self, seconds: float) -> None:
+        """Count ``seconds`` of audio as sent."""
+        self._sent_s += seconds
+
+
+class EmbeddedSession(port.EngineSession):
+    """One caller's conversation with the embedded engine."""
+
+    def __init__(
+        self,
+        engine: EmbeddedEngine,
+        session_id: str,
+        config: SessionConfig,
+        recognizer: PartialRecognizer | None,
+    ) -> None:
+        self._engine = engine
+        self._session_id = session_id
+        self._speed = config.speed
+        self._events: asyncio.Queue[port.EngineEvent] = asyncio.Queue(_EVENT_QUEUE_SIZE)
+        self._ids = itertools.count(1)
+        self._closed = False
+        # The turn being spoken: its most recent max_turn_s, as PCM16.
+        self._turn = bytearray()
+        self._max_turn_bytes = max(2, int(engine.max_turn_s * SAMPLE_RATE) * 2)
+        # Partials: audio not yet decoded, coalesced, and a flag asking the
+        # worker to start a new utterance. ``_turn_no`` tells the worker when a
+        # hypothesis belongs to a turn that has been committed or cleared.
+        self._recognizer = recognizer
+        self._partials_on = recognizer is not None
+        self._feed_job: concurrent.futures.Future[object] | None = None
+        self._feed = bytearray()
+        self._feed_reset = False
+        self._feed_wake = asyncio.Event()
+        self._feed_worker: asyncio.Task[None] | None = None
+        self._turn_no = 0
+        # What the next reply answers: a committed turn's transcription (a
+        # task, maybe still running) or a user text item.
+        self._last_input: asyncio.Task[str] | str | None = None
+        self._transcribing: asyncio.Task[str] | None = None
+        self._background: set[asyncio.Task[object]] = set()
+        self._reply: asyncio.Task[None] | None = None
+        self._reply_id: str | None = None
+
+    # -- caller input ----------------------------------------------------------------
+
+    async def append_audio(self, pcm: bytes) -> None:
+        if self._closed or not pcm:
+            return
+        self._turn += pcm
+        overflow = len(self._turn) - self._max_turn_bytes
+        if overflow > 0:  # a monologue: keep its most recent max_turn_s
+            del self._turn[: overflow + (overflow & 1)]
+        if not self._partials_on:
+            return
+        self._feed += pcm
+        if len(self._feed) > _MAX_PARTIAL_BACKLOG_S * SAMPLE_RATE * 2:
+            # The CPU cannot keep up: drop the backlog rather than let it grow.
+            self._feed.clear()
+            self._feed_reset = True
+        self._wake_feed_worker()
+
+    async def commit(self, *, item_id: str, create_response: bool) -> None:
+        if self._closed:
+            return
+        pcm = bytes(self._turn)
+        self._turn.clear()
+        self._restart_partials()
+        # Whisper runs in the background: commit must return at once so the
+        # gateway can keep handling the caller (a barge-in, more audio).
+        task = asyncio.create_task(
+            self._transcribe(item_id, pcm, self._transcribing), name=f"embedded:transcribe:{item_id}"
+        )
+        self._track(task)
+        self._transcribing = task
+        self._last_input = task
+        if create_response:
+            response_id = f"resp_embedded_{self._session_id}_{next(self._ids)}"
+            await self.create_response(response_id=response_id, instructions=None)
+
+    async def add_item(self, *, item_id: str, role: str, text: str) -> None:
+        if role == "user":
+            self._last_input = text  # answered like a heard turn by the next reply
+        # Assistant and system items change nothing: the responder is stateless.
+
+    async def clear_input(self) -> None:
+        self._turn.clear()
+        self._restart_partials()
+
+    # -- replies -----------------------------------------------------------------------
+
+    async def create_response(self, *, response_id: str, instructions: str | None) -> None:
+        # ``instructions`` are not used: the rule-based responder has no prompt.
+        if self._closed:
+            return
+        await self._stop_reply()
+        self._reply_id = response_id
+        self._reply = asyncio.create_task(
+            self._respond(response_id, self._last_input), name=f"embedded:reply:{response_id}"
+        )
+
+    async def cancel_response(self, response_id: str) -> None:
+        if self._reply_id == response_id:
+            await self._stop_reply()
+
+    async def barge_in(self) -> None:
+        await self._stop_reply()
+
+    async def ack_playback(self, *, response_id: str, played_ms: int) -> None:
+        return None  # replies are not resumed, so what was heard changes nothing
+
+    async def update(self, config: SessionConfig) -> None:
+        self._speed = config.speed
+
+    async def close(self, reason: str) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._stop_reply()
+        for task in list(self._background):
+            task.cancel()
+        self._partials_on = False
+        if self._feed_worker is not None:
+            self._feed_worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._feed_worker
+        self._hand_back_recognizer()
+        self._engine._release(self._session_id)
+        self._put_nowait(port.EngineClosed(reason=reason))
+
+    async def events(self) -> AsyncIterator[port.EngineEvent]:
+        while True:
+            event = await self._events.get()
+            yield event
+            if isinstance(event, port.EngineClosed):
+                return
+
+    # -- the reply task ----------------------------------------------------------------
+
+    async def _respond(self, response_id: str, source: asyncio.Task[str] | str | None) -> None:
+        engine = self._engine
+        try:
+            # Announce the reply at once: the gateway then treats it as active
+            # (a barge-in cancels it) while the turn is still being transcribed.
+            await self._events.put(port.EngineResponseStarted(response_id=response_id))
+            heard = await self._heard(source)
+            text = engine.responder.reply(heard, now=engine.now())
+            rate = engine.capabilities.output_rate
+            chunk_bytes = max(2, rate * engine.chunk_ms // 1000 * 2)
+            pacer = _Pacer(engine.pace, engine.lead_ms / 1000.0)
+            for index, sentence in enumerate(split_sentences(text)):
+                # A cancel while this awaits abandons the sentence: its audio
+                # is never sent, and the next sentence is never started. With
+                # pacing, the next sentence is only made when the listener is
+                # about to need it, so an interrupted reply wastes little work.
+                pcm = await engine.run(engine.models.voice.synthesize, sentence, speed=self._speed)
+                delta = sentence if index == 0 else f" {sentence}"
+                await self._events.put(port.EngineTranscript(response_id=response_id, delta=delta))
+                for offset in range(0, len(pcm), chunk_bytes):
+                    chunk = pcm[offset : offset + chunk_bytes]
+                    await pacer.wait()
+                    await self._events.put(port.EngineAudio(response_id=response_id, pcm=chunk))
+                    pacer.sent(len(chunk) / 2 / rate)
+            await self._events.put(port.EngineResponseDone(response_id=response_id, status="completed"))
+        except asyncio.CancelledError:
+            raise  # _stop_reply reports it, also for a reply cancelled before it ran
+        except Exception as exc:
+            logger.exception("reply %s of session %s failed", response_id, self._session_id)
+            self._put_nowait(port.EngineError(code="reply_failed", message=f"{type(exc).__name__}: {exc}"))
+            self._put_nowait(
+                port.EngineResponseDone(response_id=response_id, status="failed", reason="engine_error")
+            )
+
+    @staticmethod
+    async def _heard(source: asyncio.Task[str] | str | None) -> str:
+        if source is None or isinstance(source, str):
+            return source or ""
+        # Shielded: cancelling the reply must not cancel the transcription,
+        # whose final transcript the caller still gets.
+        return await asyncio.shield(source)
+
+    async def _stop_reply(self) -> None:
+        task, response_id = self._reply, self._reply_id
+        self._reply, self._reply_id = None, None
+        if task is None or task.done() or response_id is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if task.cancelled():
+            self._purge(response_id)
+            self._put_nowait(port.EngineResponseDone(response_id=response_id, status="cancelled"))
+
+    def _purge(self, response_id: str) -> None:
+        """Take a stopped reply's output that the reader has not taken yet back out of the queue."""
+        kept: list[port.EngineEvent] = []
+        while not self._events.empty():
+            event = self._events.get_nowait()
+            if (
+                isinstance(event, port.EngineAudio | port.EngineTranscript)
+                and event.response_id == response_id
+            ):
+                continue
+            kept.append(event)
+        for event in kept:
+            self._events.put_nowait(event)
+
+    # -- transcription -------------------------------------------------------------------
+
+    async def _transcribe(self, item_id: str, pcm: bytes, previous: asyncio.Task[str] | None) -> str:
+        if previous is not None:
+            # One turn at a time, so final transcripts arrive in turn order.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(previous)
+        try:
+            text = await self._engine.run(self._engine.models.final.transcribe, pcm)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("transcribing turn %s of session %s failed", item_id, self._session_id)
+            self._put_nowait(
+                port.EngineError(code="transcription_failed", message=f"{type(exc).__name__}: {exc}")
+            )
+            text = ""
+        await self._events.put(port.EngineInputTranscript(item_id=item_id, text=text, final=True))
+        return text
+
+    # -- partials --------------------------------------------------------------------------
+
+    def _restart_partials(self) -> None:
+        # Audio of a committed or cleared turn is not worth decoding any more.
+        self._turn_no += 1
+        if not self._partials_on:
+            return
+        self._feed.clear()
+        self._feed_reset = True
+        self._wake_feed_worker()
+
+    def _wake_feed_worker(self) -> None:
+        if self._feed_worker is None and self._recognizer is not None:
+            self._feed_worker = asyncio.create_task(
+                self._run_partials(self._recognizer), name=f"embedded:partials:{self._session_id}"
+            )
+        self._feed_wake.set()
+
+    async def _run_partials(self, recognizer: PartialRecognizer) -> None:
+        """Feed the partial recognizer in order, one executor job at a time."""
+        try:
+            while True:
+                await self._feed_wake.wait()
+                self._feed_wake.clear()
+                while self._feed_reset or self._feed:
+                    if self._feed_reset:
+                        self._feed_reset = False
+                        await self._decode(recognizer.reset)
+                        continue
+                    # Whatever arrived meanwhile goes in one call: when the
+                    # CPU is busy, partials come less often rather than late.
+                    pcm, turn_no = bytes(self._feed), self._turn_no
+                    self._feed.clear()
+                    text = await self._decode(recognizer.feed, pcm)
+                    if isinstance(text, str) and text and turn_no == self._turn_no:
+                        self._offer(port.EngineInputTranscript(item_id="", text=text, final=False))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Partials are a nicety: without them the turn still gets its final text.
+            logger.exception("partial recognition failed in session %s; partials are off", self._session_id)
+            self._partials_on = False
+            self._feed.clear()
+
+    async def _decode(self, fn: Callable[_P, object], *args: _P.args, **kwargs: _P.kwargs) -> object:
+        self._feed_job = job = self._engine.submit(fn, *args, **kwargs)
+        return await asyncio.wrap_future(job)
+
+    def _hand_back_recognizer(self) -> None:
+        recognizer, self._recognizer = self._recognizer, None
+        if recognizer is None:
+            return
+        job = self._feed_job
+        if job is not None and not job.done():
+            # The decoder is still busy in a worker thread: hand it back once it is done.
+            job.add_done_callback(lambda _job: self._engine._release_recognizer(recognizer))
+        else:
+            self._engine._release_recognizer(recognizer)
+
+    # -- the event queue ---------------------------------------------------------------------
+
+    def _offer(self, event: port.EngineEvent) -> None:
+        # Partials are dropped when the reader is behind; they are superseded anyway.
+        with contextlib.suppress(asyncio.QueueFull):
+            self._events.put_nowait(event)
+
+    def _put_nowait(self, event: port.EngineEvent) -> None:
+        # Terminal events must not wait behind a reader that is gone.
+        while True:
+            try:
+                self._events.put_nowait(event)
+                return
+            except asyncio.QueueFull:
+                self._events.get_nowait()
+
+    def _track(self, task: asyncio.Task[_T]) -> None:
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+class EmbeddedEngine(port.Engine):
+    """Speech in, speech out, on the CPU: pocketsphinx partials, Whisper finals, Piper replies.
+
+    ``max_turn_s``: longest caller turn kept (older audio of a longer one is
+    dropped); ``workers``: inference threads (default: the cores);
+    ``whisper_cpu_threads`` / ``tts_threads``: threads inside one Whisper or
+    Piper call (default: the cores); ``partials``: run the streaming
+    recognizer; ``chunk_ms``: size of reply audio chunks; ``pace``: speed of
+    the reply audio relative to real time (0 sends it as fast as it is made);
+    ``lead_ms``: how far the reply may run ahead of real time; ``responder``: what
+    to say (default :class:`RestatingResponder`); ``clock``: the time the
+    responder is told. Model paths default to the files the wheels ship.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_sessions: int | None = None,
+        max_turn_s: float = 30.0,
+        workers: int | None = None,
+        whisper_cpu_threads: int | None = None,
+        tts_threads: int | None = None,
+        partials: bool = True,
+        chunk_ms: int = 100,
+        pace: float = 1.0,
+        lead_ms: int = 1000,
+        whisper_model_path: Path | str | None = None,
+        voice_model_path: Path | str | None = None,
+        voice_config_path: Path | str | None = None,
+        responder: Responder | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        cores = default_workers()
+        self.max_turn_s = max_turn_s
+        self.workers = workers or cores
+        self.whisper_cpu_threads = whisper_cpu_threads or cores
+        self.tts_threads = tts_threads or cores
+        self.partials = partials
+        self.chunk_ms = chunk_ms
+        self.pace = pace
+        self.lead_ms = lead_ms
+        self.responder: Responder = responder or RestatingResponder()
+        self._clock = clock or (lambda: datetime.now().astimezone())
+        self._whisper_path = whisper_model_path
+        self._voice_model = voice_model_path
+        self._voice_config = voice_config_path
+        if voice_config_path is None and voice_model_path is not None:
+            voice_config_path = f"{voice_model_path}.json"
+        self._caps = port.EngineCapabilities(
+            name="embedded",
+            input_rate=SAMPLE_RATE,
+            output_rate=voice_sample_rate(voice_config_path),
+            detects_turns=False,
+            barge_in=True,
+            input_transcription=True,
+            max_sessions=max_sessions,
+        )
+        #: Seconds each model took to load and to warm, filled by :meth:`start`.
+        self.load_times: dict[str, float] = {}
+        self._models: EmbeddedModels | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._sessions: dict[str, EmbeddedSession] = {}
+        self._opening = 0
+        self._prewarm: concurrent.futures.Future[None] | None = None
+        # Kept past shutdown: decoders still in use then are handed back to it.
+        self._pool: PartialRecognizerPool | None = None
+
+    @property
+    def capabilities(self) -> port.EngineCapabilities:
+        return self._caps
+
+    @property
+    def ready(self) -> bool:
+        return self._models is not None and self._executor is not None
+
+    @property
+    def active_sessions(self) -> int:
+        return len(self._sessions)
+
+    @property
+    def models(self) -> EmbeddedModels:
+        if self._models is None:
+            raise port.EngineUnavailable("the embedded engine is not started")
+        return self._models
+
+    def now(self) -> datetime:
+        """The time the responder is told."""
+        return self._clock()
+
+    async def start(self) -> None:
+        if self.ready:
+            return
+        self._models = await asyncio.to_thread(self._load)
+        self._pool = self._models.partials
+        self._executor = concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="embedded")
+        logger.info(
+            "embedded engine ready (%s)",
+            ", ".join(f"{name} {seconds:.2f} s" for name, seconds in self.load_times.items()),
+        )
+
+    def _load(self) -> EmbeddedModels:
+        times = self.load_times
+        started = time.perf_counter()
+        final = FinalRecognizer.shared(self._whisper_path, cpu_threads=self.whisper_cpu_threads)
+        times["whisper_load_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        voice = PiperSynthesizer.shared(self._voice_model, self._voice_config, threads=self.tts_threads)
+        times["piper_load_s"] = time.perf_counter() - started
+        partials: PartialRecognizerPool | None = None
+        if self.partials:
+            started = time.perf_counter()
+            partials = PartialRecognizerPool.shared()
+            partials.prewarm(1)
+            times["pocketsphinx_load_s"] = time.perf_counter() - started
+        # Warm each model once: the first real caller should not pay for lazy set-up.
+        started = time.perf_counter()
+        final.warm()
+        times["whisper_warm_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        voice.warm()
+        times["piper_warm_s"] = time.perf_counter() - started
+        if partials is not None:
+            started = time.perf_counter()
+            recognizer = partials.acquire()
+            hiss = np.random.default_rng(0).integers(-64, 64, SAMPLE_RATE // 5, dtype=np.int16)
+            recognizer.feed(hiss.astype("<i2").tobytes())
+            partials.release(recognizer)
+            times["pocketsphinx_warm_s"] = time.perf_counter() - started
+        return EmbeddedModels(final=final, voice=voice, partials=partials)
+
+    async def open_session(self, session_id: str, config: SessionConfig) -> port.EngineSession:
+        if not self.ready:
+            raise port.EngineUnavailable("the embedded engine is not started")
+        limit = self._caps.max_sessions
+        if limit is not None and len(self._sessions) + self._opening >= limit:
+            raise port.EngineSessionLimit(f"the embedded engine holds {limit} sessions already")
+        # Hold the slot across the await below, so concurrent opens respect the limit.
+        self._opening += 1
+        try:
+            recognizer: PartialRecognizer | None = None
+            pool = self.models.partials
+            if pool is not None:
+                recognizer = await self.run(pool.acquire, max_utterance_s=self.max_turn_s)
+                self._keep_spare(pool)
+            session = EmbeddedSession(self, session_id, config, recognizer)
+            self._sessions[session_id] = session
+            return session
+        finally:
+            self._opening -= 1
+
+    def _keep_spare(self, pool: PartialRecognizerPool) -> None:
+        if self._prewarm is None or self._prewarm.done():
+            self._prewarm = self.submit(pool.prewarm, _SPARE_DECODERS)
+
+    async def shutdown(self) -> None:
+        for session in list(self._sessions.values()):
+            await session.close("shutdown")
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+        # The models stay loaded (they are shared by the process); the pool goes.
+        self._models = None
+
+    # -- for sessions ------------------------------------------------------------------
+
+    def submit(
+        self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> concurrent.futures.Future[_T]:
+        """Run ``fn`` on the inference pool."""
+        if self._executor is None:
+            raise port.EngineUnavailable("the embedded engine is shut down")
+        return self._executor.submit(fn, *args, **kwargs)
+
+    async def run(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Run ``fn`` on the inference pool and wait; cancelling the wait cancels it if not yet started."""
+        return await asyncio.wrap_future(self.submit(fn, *args, **kwargs))
+
+    def _release_recognizer(self, recognizer: PartialRecognizer) -> None:
+        pool = self._pool
+        if pool is None:
+            return
+        if self._executor is not None:
+            # Ending a long utterance runs a search pass: keep it off the loop.
+            with contextlib.suppress(RuntimeError):  # the executor is shutting down
+                self._executor.submit(pool.release, recognizer)
+                return
+        pool.release(recognizer)
+
+    def _release(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
