@@ -100,12 +100,12 @@ class EmbeddedSettings(_Section):
     pace: float = Field(1.0, ge=0)
     #: How far a paced reply runs ahead of real time (covers network jitter and the next sentence's synthesis).
     lead_ms: int = Field(1000, ge=0, le=60_000)
-    #: Sessions this engine admits (each talking caller costs CPU); unset means ``limits.max_sessions``.
-    max_sessions: int | None = Field(None, ge=1)
+    #: Sessions this engine admits (each talking caller costs CPU), capped by ``limits.max_sessions``.
+    max_sessions: int | None = Field(8, ge=1)
 
 
 class EngineSettings(_Section):
-    name: str = "echo"
+    name: str = "embedded"
     echo: EchoSettings = EchoSettings()
     embedded: EmbeddedSettings = EmbeddedSettings()
 

@@ -170,6 +170,8 @@ class GatewayFactory:
         cmd = [str(CONSOLE_SCRIPT)] if console_script else [PYTHON, "-m", "duplex_gateway"]
         cmd += ["serve"]
         if config is not None:
+            # These tests exercise the gateway with the loopback engine unless a test picks another.
+            config = {**config, "engine": {"name": "echo", **config.get("engine", {})}}
             cfg = base.with_suffix(".yaml")
             cfg.write_text(yaml.safe_dump(config), encoding="utf-8")
             cmd += ["--config", str(cfg)]
