@@ -27,6 +27,7 @@ from duplex_gateway.dialects.realtime import render_server_event
 from duplex_gateway.engine import port
 from duplex_gateway.errors import CloseCode, ErrorCode
 from duplex_gateway.events import ErrorEvent
+from duplex_gateway.resume import ResumeRegistry
 from duplex_gateway.session import Handshake
 from duplex_gateway.session_config import SessionConfig, TurnDetection
 
@@ -69,6 +70,7 @@ class _Gateway:
         self.defaults = session_defaults(settings)
         self.registry = SessionRegistry(settings.limits.max_sessions)
         self.connections: set[Connection] = set()
+        self.resumes: ResumeRegistry[Connection] = ResumeRegistry()
         # Sized to the cores: audio conversion and VAD are CPU-bound.
         self.executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="audio")
 
@@ -86,8 +88,10 @@ class _Gateway:
         return JSONResponse(body, status_code=200 if ready else 503)
 
     async def realtime(self, websocket: WebSocket) -> None:
-        duplex = websocket.query_params.get("duplex", "0").lower() in ("1", "true")
-        await self._serve(websocket, Handshake.DUPLEX if duplex else Handshake.REALTIME)
+        # ?duplex=1 asks for the vLLM-Omni handshake; ?resume=1 means the first message may be
+        # session.resume, so session.created must wait for it.
+        wait = any(websocket.query_params.get(key, "0").lower() in ("1", "true") for key in ("duplex", "resume"))
+        await self._serve(websocket, Handshake.DUPLEX if wait else Handshake.REALTIME)
 
     async def duplex(self, websocket: WebSocket) -> None:
         await self._serve(websocket, Handshake.DUPLEX)
@@ -118,6 +122,7 @@ class _Gateway:
             executor=self.executor,
             handshake=handshake,
             beta=beta,
+            resumes=self.resumes,
         )
         self.connections.add(connection)
         try:
@@ -127,7 +132,7 @@ class _Gateway:
 
     async def close_all(self, timeout_s: float = 5.0) -> None:
         """Tell every live session the gateway is going away and wait for them to close."""
-        connections = list(self.connections)
+        connections = list(self.connections) + self.resumes.parked()
         if not connections:
             return
         logger.info("closing %d sessions for shutdown", len(connections))

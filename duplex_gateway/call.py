@@ -53,7 +53,7 @@ def _load_wav(path: Path) -> tuple[np.ndarray, int]:
 
 
 def _pcm16(samples: np.ndarray) -> bytes:
-    return (np.clip(samples, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+    return bytes((np.clip(samples, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes())
 
 
 async def call(
@@ -150,6 +150,6 @@ async def call(
     return result
 
 
-def write_wav(path: Path, pcm16: bytes, rate: int = OUTPUT_RATE) -> None:
+def write_wav(path: Path, pcm16: bytes | bytearray, rate: int = OUTPUT_RATE) -> None:
     """Save PCM16 mono audio as a WAV file."""
     soundfile.write(str(path), np.frombuffer(bytes(pcm16), dtype="<i2"), rate, subtype="PCM_16")

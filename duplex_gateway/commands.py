@@ -28,6 +28,7 @@ __all__ = [
     "ResponseCreate",
     "SessionClose",
     "SessionEventAck",
+    "SessionResume",
     "SessionHeartbeat",
     "SessionUpdate",
 ]
@@ -158,3 +159,13 @@ class SessionEventAck(Command):
 
     type: ClassVar[str] = "session.event_ack"
     server_event_seq: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionResume(Command):
+    """vLLM-Omni extension: re-attach to a detached session (first message of a connection)."""
+
+    type: ClassVar[str] = "session.resume"
+    session_id: str
+    resume_token: str
+    last_received_server_event_seq: int = 0

@@ -65,6 +65,11 @@ class LimitSettings(_Section):
     send_timeout_s: float = Field(10.0, gt=0)
     #: Engine calls that take longer than this fail with ``engine_error``.
     engine_timeout_s: float = Field(10.0, gt=0)
+    #: How long a session whose client dropped waits for ``session.resume`` (0 turns resume off).
+    resume_grace_s: float = Field(30.0, ge=0)
+    #: Server events kept per session for replay on resume, by count and by bytes.
+    resume_journal_events: int = Field(4096, ge=16)
+    resume_journal_bytes: int = Field(8 << 20, ge=65536)
 
 
 class AuthSettings(_Section):

@@ -1,16 +1,21 @@
 """The thin asyncio layer around one client's :class:`~duplex_gateway.session.Session`.
 
-One reader (this connection's own task), one writer task draining a bounded
-send queue, and one pump task for the engine session's events. Keepalive pings
-and the hard frame-size limit are the server's (uvicorn); idle timeout, maximum
-session duration, backpressure and the soft message-size limit live here. Every
-way out of :meth:`Connection.serve` releases the engine session.
+One reader (the socket's own task), one writer task draining a bounded send
+queue, and one pump task for the engine session's events. Keepalive pings and
+the hard frame-size limit are the server's (uvicorn); idle timeout, maximum
+session duration, backpressure and the soft message-size limit live here.
+
+A session outlives a dropped socket for ``limits.resume_grace_s``: it is
+*detached* (engine still running, events journaled) until ``session.resume``
+attaches a new socket, or the grace runs out. Every way a session ends
+releases its engine session and its admission slot.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import functools
 import json
 import logging
@@ -21,12 +26,14 @@ from typing import Any, Protocol
 
 from duplex_gateway import events as ev
 from duplex_gateway.audio.convert import OutputConverter
+from duplex_gateway.commands import SessionResume
 from duplex_gateway.config import GatewaySettings
 from duplex_gateway.dialects.realtime import parse_client_event, render_server_event
 from duplex_gateway.engine import port
 from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError
 from duplex_gateway.input_pipeline import InputPipeline
 from duplex_gateway.ratelimit import AudioRateLimiter
+from duplex_gateway.resume import Journal, ResumeRegistry, new_resume_token
 from duplex_gateway.session import (
     AckPlayback,
     AddItem,
@@ -86,8 +93,59 @@ class _Close:
     reason: str
 
 
+class _Outcome(enum.Enum):
+    """How a socket's time with a session ended."""
+
+    CLOSED = "closed"  # the session is over
+    DROPPED = "dropped"  # the client vanished; the session may be resumed
+    HANDED_OVER = "handed_over"  # the socket now serves a resumed session
+
+
+class _Attachment:
+    """One socket serving the session: its bounded send queue and writer task."""
+
+    def __init__(self, socket: Socket, queue_size: int, name: str) -> None:
+        self.socket = socket
+        self.queue: asyncio.Queue[str | _Close] = asyncio.Queue(queue_size)
+        self.closing: _Close | None = None
+        self.writer = asyncio.create_task(self._write_loop(), name=f"writer:{name}")
+
+    async def _write_loop(self) -> None:
+        while True:
+            item = await self.queue.get()
+            if isinstance(item, _Close):
+                with contextlib.suppress(Exception):
+                    await self.socket.close(int(item.code), item.reason)
+                return
+            try:
+                await self.socket.send_text(item)
+            except Exception:  # noqa: BLE001 - any send failure means the client is gone
+                # The reader sees the disconnect.
+                return
+
+    async def finish(self, close: _Close | None, timeout_s: float) -> None:
+        """Drain what is queued, then close with ``close`` (or just stop, leaving the socket open)."""
+        if close is not None:
+            with contextlib.suppress(asyncio.QueueFull):
+                self.queue.put_nowait(close)
+        else:
+            self.writer.cancel()
+        try:
+            await asyncio.wait_for(self.writer, timeout_s)
+        except asyncio.CancelledError:
+            if close is not None:
+                raise
+        except Exception:  # noqa: BLE001 - a writer stuck or failed in any way is stopped the same
+            self.writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.writer
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await self.socket.close(int(close.code), close.reason)
+
+
 class Connection:
-    """Serves one WebSocket client for the life of its session."""
+    """Serves one caller's session over one or more successive WebSockets."""
 
     def __init__(
         self,
@@ -101,14 +159,16 @@ class Connection:
         executor: Executor,
         handshake: Handshake,
         beta: bool,
+        resumes: ResumeRegistry[Connection] | None = None,
     ) -> None:
         limits = settings.limits
-        self._socket = socket
+        self._first_socket = socket
         self._engine = engine
         self._limits = limits
         self._registry = registry
         self._executor = executor
         self._beta = beta
+        self._resumes = resumes if limits.resume_grace_s > 0 else None
         self.session = Session(
             session_id=session_id,
             capabilities=engine.capabilities,
@@ -116,13 +176,19 @@ class Connection:
             handshake=handshake,
             rate_limiter=AudioRateLimiter(factor=limits.input_rate_factor, burst_ms=limits.input_burst_ms),
         )
-        self._queue: asyncio.Queue[ev.ServerEvent | _Close] = asyncio.Queue(limits.send_queue_size)
+        self.resume_token = new_resume_token()
+        if self._resumes is not None:
+            self.session.resume_token = self.resume_token
+        self._journal = Journal(max_events=limits.resume_journal_events, max_bytes=limits.resume_journal_bytes)
         self._lock = asyncio.Lock()
         self._engine_session: port.EngineSession | None = None
         self._pump: asyncio.Task[None] | None = None
-        self._writer: asyncio.Task[None] | None = None
+        self._attachment: _Attachment | None = None
         self._closing: _Close | None = None
+        self._ended = asyncio.Event()
+        self._resumed = asyncio.Event()
         self._seq = 0
+        self._deadline = 0.0
         self._input: InputPipeline | None = None
         self._output: OutputConverter | None = None
 
@@ -130,57 +196,137 @@ class Connection:
     def session_id(self) -> str:
         return self.session.session_id
 
+    def can_replay_after(self, seq: int) -> bool:
+        return self._journal.can_replay_after(seq)
+
     # -- lifetime -------------------------------------------------------------------
 
     async def serve(self) -> None:
-        """Run until the client leaves, the session closes or a limit ends it."""
-        self._writer = asyncio.create_task(self._write_loop(), name=f"writer:{self.session_id}")
-        admitted = self._registry.try_admit(self.session_id)
+        """Serve the first socket; returns when it is done (the session may live on, detached)."""
+        self._attachment = _Attachment(self._first_socket, self._limits.send_queue_size, self.session_id)
+        self._deadline = asyncio.get_running_loop().time() + self._limits.max_session_s
+        if not self._registry.try_admit(self.session_id):
+            await self._refuse(
+                ErrorCode.SESSION_LIMIT,
+                f"the gateway is at its limit of {self._registry.max_sessions} sessions; try again later",
+            )
+            await self._end_attachment()
+            return
+        outcome = _Outcome.CLOSED
         try:
-            if not admitted:
-                await self._refuse(
-                    ErrorCode.SESSION_LIMIT,
-                    f"the gateway is at its limit of {self._registry.max_sessions} sessions; try again later",
-                )
-                return
             if self.session.handshake is Handshake.REALTIME and not await self._open_engine(self.session.config):
-                return
-            await self._apply(self.session.start())
-            await self._read_loop()
+                outcome = _Outcome.CLOSED
+            else:
+                await self._apply(self.session.start())
+                outcome = await self._read_loop()
         except _SlowConsumer:
             logger.warning("session %s closed: the client did not read its events", self.session_id)
         except Exception:  # a bug must cost this session only, never the server
             logger.exception("session %s failed", self.session_id)
             await self._enqueue_close(CloseCode.INTERNAL_ERROR, "internal error")
+        await self._after(outcome)
+
+    async def resume(self, socket: Socket, last_seq: int) -> None:
+        """Attach ``socket`` to this detached session, replay what it missed, and serve it."""
+        self._resumed.set()
+        self.resume_token = new_resume_token()
+        self.session.resume_token = self.resume_token
+        self._attachment = _Attachment(socket, self._limits.send_queue_size, self.session_id)
+        outcome = _Outcome.CLOSED
+        try:
+            async with self._lock:
+                # session.resumed marks where the replay starts: it carries the client's last
+                # sequence number and does not take one, so the client's numbering stays gap-free.
+                payload = render_server_event(
+                    self.session.resumed(), seq=last_seq, event_id=f"event_resumed_{last_seq}",
+                    beta=self._beta, session_id=self.session_id,
+                )
+                await self._send_text(json.dumps(payload, separators=(",", ":")))
+                for text in self._journal.after(last_seq):
+                    await self._send_text(text)
+            logger.info("session %s resumed after event %d", self.session_id, last_seq)
+            outcome = await self._read_loop()
+        except _SlowConsumer:
+            logger.warning("session %s closed: the client did not read its events", self.session_id)
+        except Exception:
+            logger.exception("session %s failed", self.session_id)
+            await self._enqueue_close(CloseCode.INTERNAL_ERROR, "internal error")
+        await self._after(outcome)
+
+    async def _after(self, outcome: _Outcome) -> None:
+        if outcome is _Outcome.HANDED_OVER:
+            # Nothing was opened for this connection; the socket now belongs to another session.
+            await self._stop_attachment()
+            await self._release()
+            return
+        if outcome is _Outcome.DROPPED and self._resumable():
+            await self._stop_attachment()
+            assert self._resumes is not None
+            self._resumed.clear()
+            self._resumes.park(self)
+            asyncio.create_task(self._await_resume(), name=f"grace:{self.session_id}")
+            logger.info("session %s detached; resumable for %g s", self.session_id, self._limits.resume_grace_s)
+            return
+        await self._end_attachment()
+        await self._release()
+
+    def _resumable(self) -> bool:
+        return (
+            self._resumes is not None
+            and self.session.configured
+            and not self.session.closed
+            and self._closing is None
+            and self._engine_session is not None
+        )
+
+    async def _await_resume(self) -> None:
+        grace = min(self._limits.resume_grace_s, max(0.0, self._deadline - asyncio.get_running_loop().time()))
+        waits = {asyncio.ensure_future(self._resumed.wait()), asyncio.ensure_future(self._ended.wait())}
+        try:
+            await asyncio.wait(waits, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            await self._teardown()
-            if admitted:
-                self._registry.release(self.session_id)
+            for waiter in waits:
+                waiter.cancel()
+        if self._resumed.is_set():
+            return
+        assert self._resumes is not None
+        self._resumes.unpark(self)
+        logger.info("session %s was not resumed in time; ending it", self.session_id)
+        async with self._lock:
+            await self._apply(self.session.expire("resume_timeout", CloseCode.NORMAL, "the client did not come back"))
+        await self._release()
 
     async def shut_down(self) -> None:
         """Close this session because the gateway is stopping (close code 1001)."""
         await self._step(self.session.shut_down)
+        if self._attachment is None:  # detached: nobody to tell
+            await self._release()
 
     async def _refuse(self, code: ErrorCode, message: str) -> None:
         await self._emit_raw(ev.ErrorEvent(code=code, message=message))
         await self._enqueue_close(CloseCode.TRY_AGAIN_LATER, code.value)
 
-    async def _read_loop(self) -> None:
+    async def _read_loop(self) -> _Outcome:
+        attachment = self._attachment
+        assert attachment is not None
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._limits.max_session_s
         idle = self._limits.idle_timeout_s
+        first = True
         while self._closing is None:
-            remaining = deadline - loop.time()
+            remaining = self._deadline - loop.time()
             try:
-                message = await asyncio.wait_for(self._socket.receive(), min(idle, max(remaining, 0.0)))
+                message = await asyncio.wait_for(attachment.socket.receive(), min(idle, max(remaining, 0.0)))
             except TimeoutError:
-                if loop.time() >= deadline:
+                if loop.time() >= self._deadline:
                     await self._expire(CloseCode.MAX_DURATION, "the session reached its maximum duration")
                 else:
                     await self._expire(CloseCode.IDLE_TIMEOUT, f"no message from the client for {idle:g} s")
-                return
+                return _Outcome.CLOSED
             if message["type"] == "websocket.disconnect":
-                return
+                # A client that closes on purpose (1000, 1001) is done; anything else is a dropped
+                # connection whose client may come back with session.resume.
+                code = message.get("code", 1006)
+                return _Outcome.CLOSED if code in (1000, 1001) else _Outcome.DROPPED
             text = message.get("text")
             if text is None:
                 await self._send_error(
@@ -192,36 +338,70 @@ class Connection:
             except ProtocolError as exc:
                 await self._send_error(exc)
                 continue
+            if isinstance(command, SessionResume) and first and not self.session.configured:
+                if await self._hand_over(command):
+                    return _Outcome.HANDED_OVER
+                continue
+            first = False
             await self._step(functools.partial(self.session.receive, command, now=loop.time()))
+        return _Outcome.CLOSED
+
+    async def _hand_over(self, command: SessionResume) -> bool:
+        """Give this socket to the detached session ``command`` names; False if refused."""
+        if self._resumes is None:
+            await self._send_error(
+                ProtocolError(ErrorCode.INVALID_RESUME_TOKEN, "session resume is turned off", event_id=command.event_id)
+            )
+            return False
+        try:
+            target = self._resumes.claim(
+                command.session_id, command.resume_token, command.last_received_server_event_seq
+            )
+        except ProtocolError as exc:
+            await self._send_error(exc.with_event_id(command.event_id))
+            return False
+        attachment = self._attachment
+        assert attachment is not None
+        # Stop this connection's writer first so only the resumed session writes to the socket.
+        await attachment.finish(None, self._limits.send_timeout_s)
+        self._attachment = None
+        self._registry.release(self.session_id)
+        await target.resume(attachment.socket, command.last_received_server_event_seq)
+        return True
 
     async def _expire(self, code: CloseCode, message: str) -> None:
         await self._step(lambda: self.session.expire(code.name.lower(), code, message))
 
-    async def _teardown(self) -> None:
+    async def _stop_attachment(self) -> None:
+        """Let go of the socket without closing it (it dropped, or it now serves another session)."""
+        attachment, self._attachment = self._attachment, None
+        if attachment is not None:
+            await attachment.finish(None, self._limits.send_timeout_s)
+
+    async def _end_attachment(self) -> None:
+        """Flush what is queued and close the socket with the session's close code."""
+        attachment, self._attachment = self._attachment, None
+        if attachment is not None:
+            close = self._closing or _Close(CloseCode.NORMAL, "disconnected")
+            await attachment.finish(close, self._limits.send_timeout_s)
+
+    async def _release(self) -> None:
+        """End the session for good: the engine session, the pump, the admission slot."""
+        if self._ended.is_set():
+            return
+        self._ended.set()
         engine_session, self._engine_session = self._engine_session, None
         if engine_session is not None:
+            reason = self._closing.reason if self._closing else "disconnected"
             try:
-                await asyncio.wait_for(engine_session.close(self._closing.reason if self._closing else "disconnected"),
-                                       self._limits.engine_timeout_s)
+                await asyncio.wait_for(engine_session.close(reason), self._limits.engine_timeout_s)
             except Exception:
                 logger.exception("closing engine session %s failed", self.session_id)
-        if self._pump is not None:
+        if self._pump is not None and self._pump is not asyncio.current_task():
             self._pump.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._pump
-        if self._closing is None:
-            self._closing = _Close(CloseCode.NORMAL, "disconnected")
-            with contextlib.suppress(asyncio.QueueFull):
-                self._queue.put_nowait(self._closing)
-        if self._writer is not None:
-            try:
-                await asyncio.wait_for(self._writer, self._limits.send_timeout_s)
-            except Exception:  # noqa: BLE001 - a writer stuck or failed in any way is torn down the same
-                self._writer.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await self._writer
-                with contextlib.suppress(Exception):
-                    await self._socket.close(int(self._closing.code), self._closing.reason)
+        self._registry.release(self.session_id)
 
     # -- engine session -----------------------------------------------------------------
 
@@ -351,18 +531,34 @@ class Connection:
             self._output_converter().reset()
         await self._emit_raw(event)
 
-    async def _emit_raw(self, event: ev.ServerEvent | _Close) -> None:
-        if self._closing is not None and not isinstance(event, _Close) and self._queue.full():
+    async def _emit_raw(self, event: ev.ServerEvent) -> None:
+        """Number, render and journal ``event``, then queue it for the attached socket, if any."""
+        self._seq += 1
+        payload = render_server_event(
+            event, seq=self._seq, event_id=f"event_{self._seq}", beta=self._beta, session_id=self.session_id
+        )
+        if payload is None:
+            self._seq -= 1
+            return
+        text = json.dumps(payload, separators=(",", ":"))
+        if self._resumes is not None:
+            self._journal.append(self._seq, text)
+        await self._send_text(text)
+
+    async def _send_text(self, text: str) -> None:
+        attachment = self._attachment
+        if attachment is None:
+            return  # detached: the journal holds it for a resume
+        if attachment.closing is not None and attachment.queue.full():
             return
         try:
-            await asyncio.wait_for(self._queue.put(event), self._limits.send_timeout_s)
+            await asyncio.wait_for(attachment.queue.put(text), self._limits.send_timeout_s)
         except TimeoutError:
             # The client stopped reading: nothing more can reach it, so close at once.
             self._closing = _Close(CloseCode.SLOW_CONSUMER, "slow consumer")
-            if self._writer is not None:
-                self._writer.cancel()
+            attachment.writer.cancel()
             with contextlib.suppress(Exception):
-                await self._socket.close(int(CloseCode.SLOW_CONSUMER), "slow consumer")
+                await attachment.socket.close(int(CloseCode.SLOW_CONSUMER), "slow consumer")
             raise _SlowConsumer from None
 
     async def _send_error(self, exc: ProtocolError) -> None:
@@ -372,28 +568,20 @@ class Connection:
         if self._closing is not None:
             return
         self._closing = _Close(code, reason)
-        with contextlib.suppress(_SlowConsumer):
-            await self._emit_raw(self._closing)
+        attachment = self._attachment
+        if attachment is None:
+            # Detached: the session ended on its own (engine, shutdown); stop waiting for a resume.
+            self._ended_detached()
+            return
+        attachment.closing = self._closing
+        with contextlib.suppress(asyncio.QueueFull):
+            await asyncio.wait_for(attachment.queue.put(self._closing), self._limits.send_timeout_s)
 
-    async def _write_loop(self) -> None:
-        while True:
-            item = await self._queue.get()
-            if isinstance(item, _Close):
-                with contextlib.suppress(Exception):
-                    await self._socket.close(int(item.code), item.reason)
-                return
-            self._seq += 1
-            payload = render_server_event(
-                item, seq=self._seq, event_id=f"event_{self._seq}", beta=self._beta, session_id=self.session_id
-            )
-            if payload is None:
-                self._seq -= 1
-                continue
-            try:
-                await self._socket.send_text(json.dumps(payload, separators=(",", ":")))
-            except Exception:  # noqa: BLE001 - any send failure means the client is gone
-                # The reader sees the disconnect and tears down.
-                return
+    def _ended_detached(self) -> None:
+        if self._resumes is not None:
+            self._resumes.unpark(self)
+        if not self._ended.is_set():
+            asyncio.create_task(self._release(), name=f"release:{self.session_id}")
 
 
 class _SlowConsumer(Exception):

@@ -27,6 +27,8 @@ class ErrorCode(enum.StrEnum):
     UNSUPPORTED_TURN_DETECTION = "unsupported_turn_detection"
     BINARY_NOT_SUPPORTED = "binary_not_supported"
     SESSION_NOT_CONFIGURED = "session_not_configured"
+    INVALID_RESUME_TOKEN = "invalid_resume_token"
+    RESUME_GAP = "resume_gap"
     INPUT_AUDIO_BUFFER_EMPTY = "input_audio_buffer_commit_empty"
     RESPONSE_ALREADY_ACTIVE = "conversation_already_has_active_response"
     RESPONSE_NOT_ACTIVE = "response_cancel_not_active"

@@ -39,6 +39,7 @@ __all__ = [
     "ServerEvent",
     "SessionClosed",
     "SessionCreated",
+    "SessionResumed",
     "SessionUpdated",
     "SpeechStarted",
     "SpeechStopped",
@@ -72,6 +73,15 @@ class SessionCreated(ServerEvent):
     session_id: str
     config: SessionConfig
     capabilities: tuple[tuple[str, object], ...] = ()
+    #: The credential for ``session.resume`` after a dropped connection (None: resume is off).
+    resume_token: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionResumed(SessionCreated):
+    """A new connection took over a detached session; events after its last seen one follow."""
+
+    type: ClassVar[str] = "session.resumed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

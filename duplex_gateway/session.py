@@ -199,6 +199,8 @@ class Session:
         self.handshake = handshake
         self.configured = handshake is Handshake.REALTIME
         self.closed = False
+        #: Set by the I/O layer when resume is on; announced in ``session.created``.
+        self.resume_token: str | None = None
         #: Advances on every cancel / barge-in; engines may tag output with it.
         self.epoch = 0
         self._engine_open = handshake is Handshake.REALTIME
@@ -238,6 +240,16 @@ class Session:
             session_id=self.session_id,
             config=self.config,
             capabilities=self.capabilities.as_pairs(),
+            resume_token=self.resume_token,
+        )
+
+    def resumed(self) -> ev.SessionResumed:
+        """The event that greets a client re-attaching to this session."""
+        return ev.SessionResumed(
+            session_id=self.session_id,
+            config=self.config,
+            capabilities=self.capabilities.as_pairs(),
+            resume_token=self.resume_token,
         )
 
     @property
@@ -272,7 +284,13 @@ class Session:
         if isinstance(command, cmd.SessionHeartbeat):
             return [ev.HeartbeatAck(session_id=self.session_id)]
         if isinstance(command, cmd.SessionEventAck):
-            return []  # resume journals are not kept, so there is nothing to trim
+            return []  # the resume journal is bounded by itself; acks need not trim it
+        if isinstance(command, cmd.SessionResume):
+            raise ProtocolError(
+                ErrorCode.INVALID_EVENT,
+                "session.resume must be the first message of a new connection "
+                "(on /v1/duplex, or /v1/realtime?resume=1)",
+            )
         if not self.configured:
             if isinstance(command, cmd.SessionUpdate):
                 return self._open(command)

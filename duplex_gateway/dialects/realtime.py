@@ -35,6 +35,7 @@ from duplex_gateway.commands import (
     ResponseCreate,
     SessionClose,
     SessionEventAck,
+    SessionResume,
     SessionHeartbeat,
     SessionUpdate,
 )
@@ -44,6 +45,7 @@ from duplex_gateway.dialects.realtime_session import (
     as_object,
     as_str,
     get_field,
+    is_missing,
     invalid,
     join,
     opt_object,
@@ -79,6 +81,7 @@ from duplex_gateway.events import (
     ServerEvent,
     SessionClosed,
     SessionCreated,
+    SessionResumed,
     SessionUpdated,
     SpeechStarted,
     SpeechStopped,
@@ -268,6 +271,16 @@ def _event_ack(data: Mapping[str, object], event_id: str | None) -> Command:
     return SessionEventAck(event_id=event_id, server_event_seq=seq)
 
 
+def _session_resume(data: Mapping[str, object], event_id: str | None) -> Command:
+    session_id = as_str(get_field(data, "session_id", "", required=True), "session_id", nonempty=True)
+    token = as_str(get_field(data, "resume_token", "", required=True), "resume_token", nonempty=True)
+    seq_value = get_field(data, "last_received_server_event_seq", "", required=False)
+    seq = 0 if is_missing(seq_value) else as_int(seq_value, "last_received_server_event_seq", minimum=0)
+    return SessionResume(
+        event_id=event_id, session_id=session_id, resume_token=token, last_received_server_event_seq=seq
+    )
+
+
 def _bare(cls: type[Command]) -> _Parser:
     def parse(data: Mapping[str, object], event_id: str | None) -> Command:
         return cls(event_id=event_id)
@@ -292,6 +305,7 @@ _PARSERS: dict[str, _Parser] = {
     "session.heartbeat": _bare(SessionHeartbeat),
     "session.close": _session_close,
     "session.event_ack": _event_ack,
+    "session.resume": _session_resume,
 }
 
 #: Every client event type :func:`parse_client_event` accepts.
@@ -396,12 +410,24 @@ def _scoped(event: Any) -> JsonObject:
     }
 
 
+def _session_announcement(event: SessionCreated, beta: bool) -> JsonObject:
+    wire: JsonObject = {
+        "session": session_payload(
+            event.config, session_id=event.session_id, beta=beta, capabilities=event.capabilities
+        )
+    }
+    if event.resume_token is not None:
+        # vLLM-Omni's duplex lane carries these at the top level.
+        wire["session_id"] = event.session_id
+        wire["resume_token"] = event.resume_token
+    return wire
+
+
 _Renderer = Callable[[Any, bool, str], JsonObject]
 
 _RENDERERS: dict[type[ServerEvent], _Renderer] = {
-    SessionCreated: lambda e, beta, sid: {
-        "session": session_payload(e.config, session_id=e.session_id, beta=beta, capabilities=e.capabilities)
-    },
+    SessionCreated: lambda e, beta, sid: _session_announcement(e, beta),
+    SessionResumed: lambda e, beta, sid: _session_announcement(e, beta),
     SessionUpdated: lambda e, beta, sid: {
         "session": session_payload(e.config, session_id=e.session_id, beta=beta)
     },

@@ -33,6 +33,7 @@ from duplex_gateway.commands import (
     ResponseCreate,
     SessionClose,
     SessionEventAck,
+    SessionResume,
     SessionHeartbeat,
     SessionUpdate,
 )
@@ -70,6 +71,7 @@ from duplex_gateway.events import (
     ServerEvent,
     SessionClosed,
     SessionCreated,
+    SessionResumed,
     SessionUpdated,
     SpeechStarted,
     SpeechStopped,
@@ -476,6 +478,19 @@ def test_append_missing_audio() -> None:
         ({"type": "session.close", "reason": None}, SessionClose()),
         ({"type": "session.close", "reason": "bye"}, SessionClose(reason="bye")),
         ({"type": "session.event_ack", "server_event_seq": 7}, SessionEventAck(server_event_seq=7)),
+        (
+            {
+                "type": "session.resume",
+                "session_id": "s1",
+                "resume_token": "t",
+                "last_received_server_event_seq": 9,
+            },
+            SessionResume(session_id="s1", resume_token="t", last_received_server_event_seq=9),
+        ),
+        (
+            {"type": "session.resume", "session_id": "s1", "resume_token": "t"},
+            SessionResume(session_id="s1", resume_token="t"),
+        ),
         ({"type": "response.cancel"}, ResponseCancel()),
         ({"type": "response.cancel", "response_id": "resp_1"}, ResponseCancel(response_id="resp_1")),
         ({"type": "response.create"}, ResponseCreate()),
@@ -721,6 +736,7 @@ def test_every_client_event_type_is_covered() -> None:
         "session.heartbeat",
         "session.close",
         "session.event_ack",
+        "session.resume",
     }
 
 
@@ -935,6 +951,7 @@ SAMPLES: list[ServerEvent] = [
     SessionCreated(
         session_id="sess_1", config=CONFIG, capabilities=(("barge_in", True), ("rates", (16000, 24000)))
     ),
+    SessionResumed(session_id="sess_1", config=CONFIG, resume_token="tok"),
     SessionUpdated(session_id="sess_1", config=CONFIG),
     SpeechStarted(audio_start_ms=100, item_id="item_u"),
     SpeechStopped(audio_end_ms=900, item_id="item_u"),
@@ -1026,7 +1043,7 @@ def _beta_sdk() -> dict[str, type[pydantic.BaseModel]]:
     return _sdk_classes(RealtimeServerEvent)
 
 
-_EXTENSIONS = {"playback.acknowledged", "session.heartbeat_ack", "session.closed"}
+_EXTENSIONS = {"playback.acknowledged", "session.heartbeat_ack", "session.closed", "session.resumed"}
 # Fields the official models require that the gateway cannot know.
 _SDK_FILL = {
     "conversation.item.input_audio_transcription.completed": {"usage": {"type": "duration", "seconds": 1.0}}
@@ -1517,3 +1534,12 @@ def test_dialect_is_pure(module: Any) -> None:
         "typing",
         "duplex_gateway",
     }
+
+
+def test_session_created_and_resumed_carry_resume_credentials() -> None:
+    created = ga(SessionCreated(session_id="sess_r", config=CONFIG, resume_token="tok"))
+    assert (created["session_id"], created["resume_token"]) == ("sess_r", "tok")
+    assert created["session"]["id"] == "sess_r"
+    resumed = ga(SessionResumed(session_id="sess_r", config=CONFIG, resume_token="tok2"))
+    assert resumed["type"] == "session.resumed" and resumed["resume_token"] == "tok2"
+    assert "resume_token" not in ga(SessionCreated(session_id="sess_r", config=CONFIG))

@@ -172,6 +172,8 @@ class GatewayFactory:
         if config is not None:
             # These tests exercise the gateway with the loopback engine unless a test picks another.
             config = {**config, "engine": {"name": "echo", **config.get("engine", {})}}
+            # A dropped client frees its slot at once unless a test is about resuming.
+            config["limits"] = {"resume_grace_s": 0, **config.get("limits", {})}
             cfg = base.with_suffix(".yaml")
             cfg.write_text(yaml.safe_dump(config), encoding="utf-8")
             cmd += ["--config", str(cfg)]

@@ -1,0 +1,110 @@
+"""Session resume: a client whose socket dropped picks its session up again.
+
+A session whose client vanished without ``session.close`` is *detached*, not
+ended: its engine session keeps running for ``limits.resume_grace_s``, and the
+events it produces are kept in a bounded :class:`Journal`. A new connection
+whose first message is ``session.resume {session_id, resume_token,
+last_received_server_event_seq}`` re-attaches and is sent every event after
+that sequence number. Tokens are single-use: each attach issues a new one.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections import deque
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from duplex_gateway.errors import ErrorCode, ProtocolError
+
+__all__ = ["Journal", "ResumeRegistry", "new_resume_token"]
+
+T = TypeVar("T")
+
+
+def new_resume_token() -> str:
+    """A fresh, unguessable resume credential."""
+    return secrets.token_urlsafe(24)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    seq: int
+    text: str
+
+
+class Journal:
+    """The most recent server events of a session, by sequence number, bounded in count and bytes."""
+
+    def __init__(self, *, max_events: int, max_bytes: int) -> None:
+        self._entries: deque[_Entry] = deque()
+        self._bytes = 0
+        self._max_events = max_events
+        self._max_bytes = max_bytes
+        #: The highest sequence number ever dropped from the front (0: nothing dropped yet).
+        self._dropped_through = 0
+
+    def append(self, seq: int, text: str) -> None:
+        self._entries.append(_Entry(seq, text))
+        self._bytes += len(text)
+        while self._entries and (len(self._entries) > self._max_events or self._bytes > self._max_bytes):
+            dropped = self._entries.popleft()
+            self._bytes -= len(dropped.text)
+            self._dropped_through = dropped.seq
+
+    def can_replay_after(self, seq: int) -> bool:
+        """Whether every event after ``seq`` is still held."""
+        return seq >= self._dropped_through
+
+    def after(self, seq: int) -> list[str]:
+        """The events after ``seq``, oldest first."""
+        return [entry.text for entry in self._entries if entry.seq > seq]
+
+
+class Resumable(Protocol):
+    """What the registry needs from a detached session (the connection provides it)."""
+
+    resume_token: str
+
+    @property
+    def session_id(self) -> str: ...
+
+    def can_replay_after(self, seq: int) -> bool: ...
+
+
+R = TypeVar("R", bound=Resumable)
+
+
+class ResumeRegistry(Generic[R]):
+    """Detached sessions waiting for their client, by session id."""
+
+    def __init__(self) -> None:
+        self._parked: dict[str, R] = {}
+
+    def park(self, session: R) -> None:
+        self._parked[session.session_id] = session
+
+    def unpark(self, session: R) -> None:
+        if self._parked.get(session.session_id) is session:
+            del self._parked[session.session_id]
+
+    def claim(self, session_id: str, token: str, last_seq: int) -> R:
+        """Take the detached session the credentials name, or raise ``ProtocolError``."""
+        session = self._parked.get(session_id)
+        if session is None or not hmac.compare_digest(session.resume_token.encode(), token.encode()):
+            raise ProtocolError(
+                ErrorCode.INVALID_RESUME_TOKEN,
+                "no detached session matches this session_id and resume_token; open a new session",
+            )
+        if not session.can_replay_after(last_seq):
+            raise ProtocolError(
+                ErrorCode.RESUME_GAP,
+                f"events after {last_seq} are no longer held; open a new session",
+                param="last_received_server_event_seq",
+            )
+        del self._parked[session_id]
+        return session
+
+    def parked(self) -> list[R]:
+        return list(self._parked.values())
