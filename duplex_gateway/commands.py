@@ -28,8 +28,8 @@ __all__ = [
     "ResponseCreate",
     "SessionClose",
     "SessionEventAck",
-    "SessionResume",
     "SessionHeartbeat",
+    "SessionResume",
     "SessionUpdate",
 ]
 

@@ -35,8 +35,8 @@ from duplex_gateway.commands import (
     ResponseCreate,
     SessionClose,
     SessionEventAck,
-    SessionResume,
     SessionHeartbeat,
+    SessionResume,
     SessionUpdate,
 )
 from duplex_gateway.dialects.realtime_session import (
@@ -45,8 +45,8 @@ from duplex_gateway.dialects.realtime_session import (
     as_object,
     as_str,
     get_field,
-    is_missing,
     invalid,
+    is_missing,
     join,
     opt_object,
     opt_str,
