@@ -27,6 +27,8 @@ run: $(VENV)/.installed-run
 	$(BIN)/duplex-gateway serve --config $(CONFIG) --host $(HOST) --port $(PORT)
 
 test: $(VENV)/.installed-test
+	$(BIN)/ruff check duplex_gateway tests
+	$(BIN)/mypy duplex_gateway
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
 
 clean:

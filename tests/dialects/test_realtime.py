@@ -33,8 +33,8 @@ from duplex_gateway.commands import (
     ResponseCreate,
     SessionClose,
     SessionEventAck,
-    SessionResume,
     SessionHeartbeat,
+    SessionResume,
     SessionUpdate,
 )
 from duplex_gateway.dialects import realtime, realtime_session
