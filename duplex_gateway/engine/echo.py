@@ -15,6 +15,7 @@ import itertools
 from collections.abc import AsyncIterator
 
 from duplex_gateway.engine import port
+from duplex_gateway.engine.event_queue import EngineEventQueue
 from duplex_gateway.session_config import SessionConfig
 
 __all__ = ["EchoEngine", "EchoSession"]
@@ -32,7 +33,7 @@ class EchoSession(port.EngineSession):
         self._max_turn_bytes = int(engine.max_turn_s * self._rate) * 2
         self._turn = bytearray()
         self._last_turn = b""
-        self._events: asyncio.Queue[port.EngineEvent] = asyncio.Queue(_EVENT_QUEUE_SIZE)
+        self._events = EngineEventQueue(_EVENT_QUEUE_SIZE)
         self._reply: asyncio.Task[None] | None = None
         self._reply_id: str | None = None
         self._ids = itertools.count(1)
@@ -81,14 +82,10 @@ class EchoSession(port.EngineSession):
         self._closed = True
         await self._stop_reply()
         self._engine._release(self._session_id)
-        self._put_nowait(port.EngineClosed(reason=reason))
+        self._events.put_urgent(port.EngineClosed(reason=reason))
 
-    async def events(self) -> AsyncIterator[port.EngineEvent]:
-        while True:
-            event = await self._events.get()
-            yield event
-            if isinstance(event, port.EngineClosed):
-                return
+    def events(self) -> AsyncIterator[port.EngineEvent]:
+        return self._events.stream()
 
     # -- the reply ----------------------------------------------------------------
 
@@ -110,7 +107,7 @@ class EchoSession(port.EngineSession):
                     await asyncio.sleep(delay)
             await self._events.put(port.EngineResponseDone(response_id=response_id, status="completed"))
         except asyncio.CancelledError:
-            self._put_nowait(port.EngineResponseDone(response_id=response_id, status="cancelled"))
+            self._events.put_urgent(port.EngineResponseDone(response_id=response_id, status="cancelled"))
             raise
 
     async def _stop_reply(self) -> None:
@@ -119,15 +116,6 @@ class EchoSession(port.EngineSession):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-    def _put_nowait(self, event: port.EngineEvent) -> None:
-        # Terminal events must not wait behind a reader that is gone.
-        while True:
-            try:
-                self._events.put_nowait(event)
-                return
-            except asyncio.QueueFull:
-                self._events.get_nowait()
 
 
 class EchoEngine(port.Engine):

@@ -38,6 +38,7 @@ from duplex_gateway.engine.embedded.asr import (
 )
 from duplex_gateway.engine.embedded.responder import Responder, RestatingResponder
 from duplex_gateway.engine.embedded.tts import PiperSynthesizer, split_sentences, voice_sample_rate
+from duplex_gateway.engine.event_queue import EngineEventQueue
 from duplex_gateway.session_config import SessionConfig
 
 __all__ = ["EmbeddedEngine", "EmbeddedModels", "EmbeddedSession"]
@@ -116,7 +117,7 @@ class EmbeddedSession(port.EngineSession):
         self._engine = engine
         self._session_id = session_id
         self._speed = config.speed
-        self._events: asyncio.Queue[port.EngineEvent] = asyncio.Queue(_EVENT_QUEUE_SIZE)
+        self._events = EngineEventQueue(_EVENT_QUEUE_SIZE)
         self._ids = itertools.count(1)
         self._closed = False
         # The turn being spoken: its most recent max_turn_s, as PCM16.
@@ -225,14 +226,10 @@ class EmbeddedSession(port.EngineSession):
                 await self._feed_worker
         self._hand_back_recognizer()
         self._engine._release(self._session_id)
-        self._put_nowait(port.EngineClosed(reason=reason))
+        self._events.put_urgent(port.EngineClosed(reason=reason))
 
-    async def events(self) -> AsyncIterator[port.EngineEvent]:
-        while True:
-            event = await self._events.get()
-            yield event
-            if isinstance(event, port.EngineClosed):
-                return
+    def events(self) -> AsyncIterator[port.EngineEvent]:
+        return self._events.stream()
 
     # -- the reply task ----------------------------------------------------------------
 
@@ -265,8 +262,8 @@ class EmbeddedSession(port.EngineSession):
             raise  # _stop_reply reports it, also for a reply cancelled before it ran
         except Exception as exc:
             logger.exception("reply %s of session %s failed", response_id, self._session_id)
-            self._put_nowait(port.EngineError(code="reply_failed", message=f"{type(exc).__name__}: {exc}"))
-            self._put_nowait(
+            self._events.put_urgent(port.EngineError(code="reply_failed", message=f"{type(exc).__name__}: {exc}"))
+            self._events.put_urgent(
                 port.EngineResponseDone(response_id=response_id, status="failed", reason="engine_error")
             )
 
@@ -288,21 +285,14 @@ class EmbeddedSession(port.EngineSession):
             await task
         if task.cancelled():
             self._purge(response_id)
-            self._put_nowait(port.EngineResponseDone(response_id=response_id, status="cancelled"))
+            self._events.put_urgent(port.EngineResponseDone(response_id=response_id, status="cancelled"))
 
     def _purge(self, response_id: str) -> None:
         """Take a stopped reply's output that the reader has not taken yet back out of the queue."""
-        kept: list[port.EngineEvent] = []
-        while not self._events.empty():
-            event = self._events.get_nowait()
-            if (
-                isinstance(event, port.EngineAudio | port.EngineTranscript)
-                and event.response_id == response_id
-            ):
-                continue
-            kept.append(event)
-        for event in kept:
-            self._events.put_nowait(event)
+        self._events.discard(
+            lambda event: isinstance(event, port.EngineAudio | port.EngineTranscript)
+            and event.response_id == response_id
+        )
 
     # -- transcription -------------------------------------------------------------------
 
@@ -317,7 +307,7 @@ class EmbeddedSession(port.EngineSession):
             raise
         except Exception as exc:
             logger.exception("transcribing turn %s of session %s failed", item_id, self._session_id)
-            self._put_nowait(
+            self._events.put_urgent(
                 port.EngineError(code="transcription_failed", message=f"{type(exc).__name__}: {exc}")
             )
             text = ""
@@ -359,7 +349,7 @@ class EmbeddedSession(port.EngineSession):
                     self._feed.clear()
                     text = await self._decode(recognizer.feed, pcm)
                     if isinstance(text, str) and text and turn_no == self._turn_no:
-                        self._offer(port.EngineInputTranscript(item_id="", text=text, final=False))
+                        self._events.offer(port.EngineInputTranscript(item_id="", text=text, final=False))
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -384,20 +374,6 @@ class EmbeddedSession(port.EngineSession):
             self._engine._release_recognizer(recognizer)
 
     # -- the event queue ---------------------------------------------------------------------
-
-    def _offer(self, event: port.EngineEvent) -> None:
-        # Partials are dropped when the reader is behind; they are superseded anyway.
-        with contextlib.suppress(asyncio.QueueFull):
-            self._events.put_nowait(event)
-
-    def _put_nowait(self, event: port.EngineEvent) -> None:
-        # Terminal events must not wait behind a reader that is gone.
-        while True:
-            try:
-                self._events.put_nowait(event)
-                return
-            except asyncio.QueueFull:
-                self._events.get_nowait()
 
     def _track(self, task: asyncio.Task[_T]) -> None:
         self._background.add(task)
