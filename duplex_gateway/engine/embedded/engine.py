@@ -373,7 +373,7 @@ class EmbeddedSession(port.EngineSession):
         else:
             self._engine._release_recognizer(recognizer)
 
-    # -- the event queue ---------------------------------------------------------------------
+    # -- background tasks ---------------------------------------------------------------------
 
     def _track(self, task: asyncio.Task[_T]) -> None:
         self._background.add(task)
