@@ -1,0 +1,168 @@
+// The page's audio graph: one AudioContext for both directions.
+//
+// One context means one clock: capture timestamps and playback start times are
+// both AudioContext seconds, so turn latency is a plain subtraction with no
+// cross-clock mapping. The context runs at the device's native rate; both
+// worklets convert to and from the session's wire rates themselves.
+
+const WORKLETS = ['capture-processor.js', 'playback-processor.js'];
+
+export class AudioIO {
+  /**
+   * @param {object} handlers
+   * @param {(frame: object) => void} handlers.onFrame    encoded mic frame ready
+   * @param {(msg: object) => void}   handlers.onPlayback  playback worklet report
+   */
+  constructor({ onFrame, onPlayback }) {
+    this.onFrame = onFrame;
+    this.onPlayback = onPlayback;
+    this.ctx = null;
+    this.stream = null;
+    this.source = null;
+    this.capture = null;
+    this.playback = null;
+    this.pendingFlush = null;
+  }
+
+  get running() {
+    return this.ctx !== null;
+  }
+
+  /** Must be called from a user gesture (autoplay policy): creates the context synchronously. */
+  async start({ deviceId, input, output, targetMs }) {
+    if (this.ctx) return;
+    const ctx = new AudioContext({ latencyHint: 'interactive' });
+    this.ctx = ctx;
+    const base = new URL('../worklets/', import.meta.url);
+    await Promise.all(WORKLETS.map((name) => ctx.audioWorklet.addModule(new URL(name, base))));
+    // No outputs: the capture node is a sink, so Chrome pulls it without a path to the speakers.
+    this.capture = new AudioWorkletNode(ctx, 'capture-processor', {
+      numberOfInputs: 1,
+      numberOfOutputs: 0,
+      channelCount: 1,
+      channelCountMode: 'explicit',
+      processorOptions: input,
+    });
+    this.capture.port.onmessage = (event) => this.onFrame(event.data);
+    // An exception inside a worklet silently stops that node; make it loud.
+    this.capture.onprocessorerror = (event) => console.error('capture worklet failed', event);
+    this.playback = new AudioWorkletNode(ctx, 'playback-processor', {
+      numberOfInputs: 0,
+      numberOfOutputs: 1,
+      outputChannelCount: [1],
+      processorOptions: { rate: output.rate, targetMs },
+    });
+    this.playback.port.onmessage = (event) => this.onPlaybackMessage(event.data);
+    this.playback.onprocessorerror = (event) => console.error('playback worklet failed', event);
+    this.playback.connect(ctx.destination);
+    await this.openMic(deviceId);
+    if (ctx.state !== 'running') await ctx.resume();
+  }
+
+  async openMic(deviceId) {
+    const audio = {
+      // Ask for the browser's voice processing: without echo cancellation the
+      // assistant's own voice from the speakers would barge in on itself.
+      echoCancellation: true,
+      noiseSuppression: true,
+      autoGainControl: true,
+      channelCount: 1,
+    };
+    if (deviceId) audio.deviceId = { exact: deviceId };
+    const stream = await navigator.mediaDevices.getUserMedia({ audio });
+    this.closeMic();
+    this.stream = stream;
+    this.source = this.ctx.createMediaStreamSource(stream);
+    this.source.connect(this.capture);
+  }
+
+  closeMic() {
+    if (this.source) this.source.disconnect();
+    if (this.stream) for (const track of this.stream.getTracks()) track.stop();
+    this.source = null;
+    this.stream = null;
+  }
+
+  /** The label of the microphone in use (for the device picker). */
+  currentDeviceId() {
+    const track = this.stream?.getAudioTracks()[0];
+    return track?.getSettings().deviceId || '';
+  }
+
+  async setDevice(deviceId) {
+    if (this.ctx) await this.openMic(deviceId);
+  }
+
+  configureCapture(input) {
+    this.capture?.port.postMessage({ type: 'configure', ...input });
+  }
+
+  setOutputRate(rate) {
+    this.playback?.port.postMessage({ type: 'format', rate });
+  }
+
+  setTarget(ms) {
+    this.playback?.port.postMessage({ type: 'target', ms });
+  }
+
+  /** Queue reply audio (Float32 at the session's output rate) for one item. */
+  push(itemId, responseId, samples) {
+    this.playback?.port.postMessage({ type: 'push', itemId, responseId, samples }, [samples.buffer]);
+  }
+
+  /** Nothing more will arrive for this item: let it play out below the jitter target. */
+  end(itemId) {
+    this.playback?.port.postMessage({ type: 'end', itemId });
+  }
+
+  /** Drop everything queued; resolves with what each item had actually played. */
+  flush(reason) {
+    if (!this.playback) return Promise.resolve({ items: [], droppedSamples: 0, sampleRate: 1 });
+    // Flushes are answered in order; chain them so each caller gets its own answer.
+    const previous = this.pendingFlush || Promise.resolve();
+    const next = previous.then(
+      () =>
+        new Promise((resolve) => {
+          this.flushResolve = resolve;
+          this.playback.port.postMessage({ type: 'flush', reason });
+        }),
+    );
+    this.pendingFlush = next.catch(() => {});
+    return next;
+  }
+
+  onPlaybackMessage(msg) {
+    if (msg.type === 'flushed' && this.flushResolve) {
+      const resolve = this.flushResolve;
+      this.flushResolve = null;
+      resolve(msg);
+    }
+    this.onPlayback(msg);
+  }
+
+  /** AudioContext seconds now (the clock of every timestamp the worklets report). */
+  now() {
+    return this.ctx ? this.ctx.currentTime : performance.now() / 1000;
+  }
+
+  async stop() {
+    this.closeMic();
+    const ctx = this.ctx;
+    this.ctx = null;
+    this.capture = null;
+    this.playback = null;
+    if (this.flushResolve) {
+      this.flushResolve({ items: [], droppedSamples: 0, sampleRate: 1 });
+      this.flushResolve = null;
+    }
+    this.pendingFlush = null;
+    if (ctx) await ctx.close();
+  }
+}
+
+/** Microphones for the picker; labels are empty until the page has mic permission. */
+export async function listMicrophones() {
+  if (!navigator.mediaDevices?.enumerateDevices) return [];
+  const devices = await navigator.mediaDevices.enumerateDevices();
+  return devices.filter((d) => d.kind === 'audioinput');
+}

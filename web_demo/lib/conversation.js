@@ -1,0 +1,138 @@
+// The conversation as the caller sees it: one bubble per conversation item.
+//
+// Caller bubbles show partial transcripts while the caller talks (greyed,
+// replaced as the recognizer revises itself) and the final transcript once the
+// turn is over. Assistant bubbles grow with the reply's transcript deltas and
+// are marked when a barge-in cut them short. Server text only ever goes in via
+// textContent, never innerHTML.
+
+export class ConversationView {
+  constructor(list, emptyHint) {
+    this.list = list;
+    this.emptyHint = emptyHint;
+    this.entries = new Map();
+  }
+
+  ensure(itemId, role) {
+    let entry = this.entries.get(itemId);
+    if (entry) return entry;
+    const li = document.createElement('li');
+    li.className = `msg ${role === 'user' ? 'user' : 'assistant'}`;
+    li.dataset.itemId = itemId;
+    li.setAttribute('aria-busy', 'true');
+    const who = document.createElement('span');
+    who.className = 'who';
+    who.textContent = role === 'user' ? 'You' : 'Assistant';
+    const text = document.createElement('p');
+    text.className = 'text';
+    const meta = document.createElement('span');
+    meta.className = 'meta';
+    li.append(who, text, meta);
+    entry = { li, text, meta, role, value: '', final: false };
+    this.entries.set(itemId, entry);
+    this.append(li);
+    return entry;
+  }
+
+  append(node) {
+    const nearBottom = this.list.scrollHeight - this.list.scrollTop - this.list.clientHeight < 80;
+    this.list.append(node);
+    if (this.emptyHint) this.emptyHint.hidden = true;
+    if (nearBottom) this.list.scrollTop = this.list.scrollHeight;
+  }
+
+  render(entry) {
+    entry.text.textContent = entry.value;
+    entry.li.classList.toggle('partial', !entry.final);
+    // Screen readers announce the bubble once it is final, not every partial hypothesis.
+    entry.li.setAttribute('aria-busy', String(!entry.final));
+    const nearBottom = this.list.scrollHeight - this.list.scrollTop - this.list.clientHeight < 80;
+    if (nearBottom) this.list.scrollTop = this.list.scrollHeight;
+  }
+
+  /** The caller started a turn: an empty bubble that shows we are listening. */
+  callerSpeaking(itemId) {
+    const entry = this.ensure(itemId, 'user');
+    if (!entry.final && !entry.value) entry.li.classList.add('listening', 'partial');
+  }
+
+  /**
+   * A partial transcript. Engines differ: OpenAI sends incremental pieces
+   * (" weather"), streaming recognizers such as pocketsphinx send their whole
+   * current hypothesis ("please send me the"). A piece that starts with
+   * whitespace, or extends what we have, is appended/merged; anything else is
+   * a revised hypothesis and replaces the text. The final transcript replaces
+   * it all anyway, so a wrong guess here only lives for a moment.
+   */
+  callerPartial(itemId, delta) {
+    const entry = this.ensure(itemId, 'user');
+    if (entry.final || !delta) return;
+    entry.li.classList.remove('listening');
+    if (delta.startsWith(entry.value) && entry.value) entry.value = delta;
+    else if (/^\s/.test(delta)) entry.value += delta;
+    else entry.value = delta;
+    this.render(entry);
+  }
+
+  /**
+   * The turn ended. Until a transcript arrives (some engines never send one)
+   * the bubble says how long the caller spoke instead of "listening…".
+   */
+  callerStopped(itemId, spokenMs, what = 'speech') {
+    const entry = this.entries.get(itemId);
+    if (!entry || entry.final) return;
+    entry.li.classList.remove('listening');
+    if (!entry.value && spokenMs > 0) entry.meta.textContent = `${(spokenMs / 1000).toFixed(1)} s of ${what}`;
+  }
+
+  callerFinal(itemId, transcript) {
+    const entry = this.ensure(itemId, 'user');
+    entry.li.classList.remove('listening');
+    entry.final = true;
+    entry.value = (transcript || '').trim();
+    entry.meta.textContent = entry.value ? '' : 'nothing recognised';
+    this.render(entry);
+  }
+
+  assistantDelta(itemId, delta) {
+    const entry = this.ensure(itemId, 'assistant');
+    entry.value += delta;
+    this.render(entry);
+  }
+
+  assistantDone(itemId, text) {
+    const entry = this.ensure(itemId, 'assistant');
+    if (typeof text === 'string' && text) entry.value = text;
+    entry.final = true;
+    this.render(entry);
+  }
+
+  /** The caller heard only `ms` of this reply. */
+  interrupted(itemId, ms) {
+    const entry = this.entries.get(itemId);
+    if (!entry) return;
+    entry.final = true;
+    entry.li.classList.add('interrupted');
+    entry.meta.textContent = `interrupted after ${(ms / 1000).toFixed(1)} s`;
+    this.render(entry);
+  }
+
+  divider(label) {
+    const li = document.createElement('li');
+    li.className = 'divider';
+    li.setAttribute('role', 'separator');
+    li.textContent = label;
+    this.append(li);
+  }
+
+  /** Plain data for tests and debugging. */
+  snapshot() {
+    return [...this.entries.entries()].map(([itemId, e]) => ({
+      itemId,
+      role: e.role,
+      text: e.value,
+      final: e.final,
+      interrupted: e.li.classList.contains('interrupted'),
+    }));
+  }
+}

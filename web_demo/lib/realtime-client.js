@@ -1,0 +1,260 @@
+// A WebSocket client for the OpenAI Realtime protocol as the gateway speaks it,
+// with reconnect + session resume.
+//
+// Why resume: a voice call should survive a Wi-Fi hiccup. The gateway keeps a
+// dropped session alive for a grace period and journals its events; this
+// client remembers the session id, the single-use resume token and the last
+// `server_event_seq` it processed, and on an unexpected close reconnects with
+// exponential backoff, sending `session.resume` as its FIRST message. The
+// gateway answers `session.resumed` and replays what we missed. If it answers
+// an `error` instead (token invalid or expired, events no longer held, resume
+// turned off) we fall back to a fresh session — the caller loses the
+// conversation context, not the call.
+//
+// Browsers cannot set headers on a WebSocket, so the API key travels as a
+// subprotocol, as openai-node does: ["realtime", "openai-insecure-api-key.<key>"].
+
+const MIN_BACKOFF_MS = 500;
+const MAX_BACKOFF_MS = 10000;
+const OPEN_TIMEOUT_MS = 10000;
+
+// Close codes after which retrying cannot help (or the server asked us to stop).
+const FINAL_CLOSE_CODES = new Map([
+  [1000, 'closed by the gateway'],
+  [1008, 'authentication failed'],
+  [4000, 'closed for inactivity'],
+]);
+// Close codes that end the session itself (gateway shutting down, maximum
+// duration, engine gone): reconnect, but to a fresh session.
+const SESSION_OVER_CODES = new Set([1001, 4001, 4003]);
+
+export class RealtimeClient {
+  /**
+   * @param {object} o
+   * @param {() => string} o.url       WebSocket URL (read at every (re)connect)
+   * @param {() => string} o.apiKey    API key or '' (read at every (re)connect)
+   * @param {(ev: object) => void} o.onEvent   every server event, once, in order
+   * @param {(state: string, detail: object) => void} o.onState  connection state changes
+   * @param {(info: object) => void} o.onSession  a session was created or resumed
+   */
+  constructor({ url, apiKey, onEvent, onState, onSession }) {
+    this.url = url;
+    this.apiKey = apiKey;
+    this.onEvent = onEvent;
+    this.onState = onState;
+    this.onSession = onSession;
+    this.ws = null;
+    this.state = 'idle';
+    this.wanted = false; // the user wants to be connected
+    this.attempt = 0;
+    this.retryTimer = null;
+    this.sessionId = null;
+    this.resumeToken = null;
+    this.lastSeq = 0;
+    this.resuming = false;
+    this.ignoreResumeError = false;
+    this.resumeEventId = null;
+    this.sent = {}; // client event type -> count (exposed for tests)
+    this.reconnects = 0;
+    this.resumes = 0;
+  }
+
+  get ready() {
+    return this.state === 'connected';
+  }
+
+  connect() {
+    this.wanted = true;
+    this.attempt = 0;
+    this.forgetSession();
+    this.open(false);
+  }
+
+  disconnect() {
+    this.wanted = false;
+    clearTimeout(this.retryTimer);
+    const ws = this.ws;
+    this.ws = null;
+    if (ws && ws.readyState === WebSocket.OPEN) {
+      // session.close ends the session now instead of leaving it detached
+      // (and holding an engine slot) for the gateway's resume grace period.
+      this.send({ type: 'session.close' }, ws);
+      ws.close(1000, 'client disconnect');
+    } else if (ws) {
+      ws.close();
+    }
+    this.forgetSession();
+    this.setState('idle', {});
+  }
+
+  forgetSession() {
+    this.sessionId = null;
+    this.resumeToken = null;
+    this.lastSeq = 0;
+  }
+
+  send(event, ws = this.ws) {
+    if (!ws || ws.readyState !== WebSocket.OPEN) return false;
+    ws.send(JSON.stringify(event));
+    this.sent[event.type] = (this.sent[event.type] || 0) + 1;
+    return true;
+  }
+
+  setState(state, detail) {
+    this.state = state;
+    this.onState(state, detail);
+  }
+
+  socketUrl(resume) {
+    const url = new URL(this.url(), location.href);
+    if (url.protocol === 'http:') url.protocol = 'ws:';
+    if (url.protocol === 'https:') url.protocol = 'wss:';
+    // Asks the gateway to wait for our first message instead of opening a new
+    // session at once; a gateway that ignores it still gets session.resume first.
+    if (resume) url.searchParams.set('resume', '1');
+    return url.toString();
+  }
+
+  open(resume) {
+    clearTimeout(this.retryTimer);
+    const protocols = ['realtime'];
+    const key = this.apiKey().trim();
+    if (key) protocols.push(`openai-insecure-api-key.${key}`);
+    let ws;
+    try {
+      ws = new WebSocket(this.socketUrl(resume), protocols);
+    } catch (err) {
+      // A malformed URL or a key with characters a subprotocol cannot carry.
+      this.wanted = false;
+      this.setState('failed', { reason: err.message });
+      return;
+    }
+    this.ws = ws;
+    this.resuming = resume;
+    this.ignoreResumeError = false;
+    this.setState(resume ? 'resuming' : 'connecting', { attempt: this.attempt });
+    const openTimer = setTimeout(() => {
+      if (ws.readyState === WebSocket.CONNECTING) ws.close();
+    }, OPEN_TIMEOUT_MS);
+
+    ws.onopen = () => {
+      clearTimeout(openTimer);
+      if (resume) {
+        this.resumeEventId = `evt_resume_${this.reconnects}`;
+        this.send(
+          {
+            type: 'session.resume',
+            event_id: this.resumeEventId,
+            session_id: this.sessionId,
+            resume_token: this.resumeToken,
+            last_received_server_event_seq: this.lastSeq,
+          },
+          ws,
+        );
+      }
+    };
+    ws.onmessage = (message) => {
+      if (ws !== this.ws) return; // a socket we already gave up on
+      let event;
+      try {
+        event = JSON.parse(message.data);
+      } catch {
+        console.warn('non-JSON message from the gateway', message.data);
+        return;
+      }
+      this.receive(ws, event);
+    };
+    ws.onclose = (close) => {
+      clearTimeout(openTimer);
+      if (ws !== this.ws) return;
+      this.ws = null;
+      this.closed(close);
+    };
+    ws.onerror = () => {
+      // Always followed by a close event, which carries what we need.
+    };
+  }
+
+  receive(ws, event) {
+    const seq = event.server_event_seq;
+    const type = event.type;
+    if (type === 'session.created') {
+      // A new session (also what a gateway without resume answers a resume with).
+      if (this.resuming) this.ignoreResumeError = true;
+      this.resuming = false;
+      this.sessionId = event.session_id || event.session?.id || null;
+      this.resumeToken = event.resume_token || null;
+      this.lastSeq = typeof seq === 'number' ? seq : 0;
+      this.attempt = 0;
+      this.setState('connected', { sessionId: this.sessionId });
+      this.onSession({ resumed: false, event });
+      this.onEvent(event);
+      return;
+    }
+    if (type === 'session.resumed') {
+      this.resuming = false;
+      this.resumeToken = event.resume_token || null;
+      this.sessionId = event.session_id || event.session?.id || this.sessionId;
+      this.attempt = 0;
+      this.resumes += 1;
+      // session.resumed is not journaled; the replay that follows starts after lastSeq.
+      this.setState('connected', { sessionId: this.sessionId, resumed: true });
+      this.onSession({ resumed: true, event });
+      this.onEvent(event);
+      return;
+    }
+    if (type === 'error' && (this.resuming || (this.ignoreResumeError && this.aboutResume(event.error)))) {
+      const code = event.error?.code;
+      if (this.ignoreResumeError) {
+        // The gateway opened a fresh session and then rejected our resume; keep the fresh one.
+        this.ignoreResumeError = false;
+        console.info(`resume not supported here (${code}); continuing with the new session`);
+        return;
+      }
+      // invalid_resume_token / session_expired / resume_gap / resume turned off: start over.
+      console.info(`session could not be resumed (${code}); starting a new session`);
+      this.forgetSession();
+      this.resuming = false;
+      this.ws = null;
+      ws.onclose = null;
+      ws.close(1000, 'resume refused');
+      this.open(false);
+      return;
+    }
+    if (typeof seq === 'number') {
+      if (seq <= this.lastSeq) return; // replayed twice; already handled
+      this.lastSeq = seq;
+    }
+    this.onEvent(event);
+  }
+
+  /** Whether an error answers our session.resume (by event_id, or by what it says). */
+  aboutResume(error = {}) {
+    if (error.event_id) return error.event_id === this.resumeEventId;
+    return /resume/i.test(`${error.code} ${error.param} ${error.message}`);
+  }
+
+  closed(close) {
+    this.resuming = false;
+    if (!this.wanted) {
+      this.setState('idle', {});
+      return;
+    }
+    const final = FINAL_CLOSE_CODES.get(close.code);
+    if (final) {
+      this.wanted = false;
+      this.forgetSession();
+      this.setState('closed', { code: close.code, reason: close.reason || final });
+      return;
+    }
+    if (SESSION_OVER_CODES.has(close.code)) this.forgetSession();
+    // Exponential backoff with jitter, so a restarted gateway is not hit by every client at once.
+    const base = Math.min(MAX_BACKOFF_MS, MIN_BACKOFF_MS * 2 ** this.attempt);
+    const delay = Math.round(base * (0.8 + 0.4 * Math.random()));
+    this.attempt += 1;
+    this.reconnects += 1;
+    const resume = Boolean(this.sessionId && this.resumeToken);
+    this.setState('reconnecting', { code: close.code, delayMs: delay, attempt: this.attempt, resume });
+    this.retryTimer = setTimeout(() => this.open(resume), delay);
+  }
+}
