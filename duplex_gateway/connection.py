@@ -39,6 +39,7 @@ from duplex_gateway.session import (
     AddItem,
     AppendAudio,
     BargeInEngine,
+    CallerPaused,
     CancelResponse,
     ClearInput,
     CloseSession,
@@ -490,6 +491,8 @@ class Connection:
             action = engine_session.commit(item_id=call.item_id, create_response=call.create_response)
         elif isinstance(call, ClearInput):
             action = engine_session.clear_input()
+        elif isinstance(call, CallerPaused):
+            action = engine_session.caller_paused()
         elif isinstance(call, AddItem):
             action = engine_session.add_item(item_id=call.item_id, role=call.role, text=call.text)
         elif isinstance(call, StartResponse):

@@ -26,13 +26,14 @@ from duplex_gateway.engine import port
 from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError
 from duplex_gateway.ratelimit import AudioRateLimiter
 from duplex_gateway.session_config import Modality, SessionConfig
-from duplex_gateway.vad import SpeechStart, SpeechStop, TurnDetector
+from duplex_gateway.vad import SpeechPause, SpeechStart, SpeechStop, TurnDetector
 
 __all__ = [
     "AckPlayback",
     "AddItem",
     "AppendAudio",
     "BargeInEngine",
+    "CallerPaused",
     "CancelResponse",
     "ClearInput",
     "CloseSession",
@@ -99,6 +100,11 @@ class CommitInput(EngineCall):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClearInput(EngineCall):
     pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallerPaused(EngineCall):
+    """Hint: the caller went quiet mid-turn; the turn may end after the silence duration."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -478,6 +484,8 @@ class Session:
         for decision in self._detector.feed_many(windows):
             if isinstance(decision, SpeechStart) and self._speech_item_id is None:
                 outputs.extend(self._speech_started(decision.audio_start_ms))
+            elif isinstance(decision, SpeechPause) and self._speech_item_id is not None:
+                outputs.append(CallerPaused())
             elif isinstance(decision, SpeechStop) and self._speech_item_id is not None:
                 outputs.extend(self._speech_stopped(decision.audio_end_ms))
         return outputs

@@ -34,6 +34,7 @@ __all__ = [
     "WINDOW_SAMPLES",
     "SileroVad",
     "SileroVadStream",
+    "SpeechPause",
     "SpeechStart",
     "SpeechStop",
     "TurnDetector",
@@ -207,7 +208,17 @@ class SpeechStop:
     audio_end_ms: int
 
 
-TurnEvent = SpeechStart | SpeechStop
+@dataclass(frozen=True, slots=True)
+class SpeechPause:
+    """The caller went quiet at ``at_ms``; a :class:`SpeechStop` follows unless speech resumes.
+
+    A hint for engines that can start work early (e.g. transcribing the turn so far).
+    """
+
+    at_ms: int
+
+
+TurnEvent = SpeechStart | SpeechPause | SpeechStop
 
 
 class TurnDetector:
@@ -288,14 +299,16 @@ class TurnDetector:
         self._silence_start_ms = None
         self._floor_ms = 0
 
-    def _feed_speaking(self, start_ms: int, end_ms: int, probability: float) -> SpeechStop | None:
+    def _feed_speaking(self, start_ms: int, end_ms: int, probability: float) -> SpeechStop | SpeechPause | None:
         if probability >= self.threshold:
             self._silence_start_ms = None
             return None
+        paused = False
         if probability < self.neg_threshold and self._silence_start_ms is None:
             self._silence_start_ms = start_ms
+            paused = True
         if self._silence_start_ms is None or end_ms - self._silence_start_ms < self.silence_duration_ms:
-            return None
+            return SpeechPause(start_ms) if paused else None
         self._in_speech = False
         self._silence_start_ms = None
         self._floor_ms = end_ms

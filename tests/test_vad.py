@@ -17,6 +17,7 @@ from duplex_gateway.vad import (
     WINDOW_SAMPLES,
     SileroVad,
     SileroVadStream,
+    SpeechPause,
     SpeechStart,
     SpeechStop,
     TurnDetector,
@@ -27,6 +28,11 @@ from duplex_gateway.vad import (
 from tests.fixtures import SPEECH_END_MS, SPEECH_START_MS, load_speech
 
 # --- SileroVad ---------------------------------------------------------------------------
+
+
+def spoken(events: list[TurnEvent]) -> list[TurnEvent]:
+    """The turn boundaries alone (pause hints left out)."""
+    return [e for e in events if not isinstance(e, SpeechPause)]
 
 
 def test_model_is_found_and_has_the_expected_signature() -> None:
@@ -89,7 +95,7 @@ def test_white_noise_is_not_speech(level: float) -> None:
     noise = (rng.standard_normal(16000 * 3) * level).astype(np.float32)
     windows = SileroVad.shared().stream().process(noise)
     assert max(w.probability for w in windows) < 0.3
-    assert TurnDetector(TurnDetection()).feed_many(windows) == []
+    assert spoken(TurnDetector(TurnDetection()).feed_many(windows)) == []
 
 
 def test_digital_silence_is_not_speech() -> None:
@@ -155,7 +161,7 @@ def test_end_to_end_wire_audio_to_turn_events(encoding: Encoding, rate: int) -> 
     events: list[TurnEvent] = []
     for i in range(0, len(wire), step):
         _, feed = conv.convert_with_vad_feed(wire[i : i + step])
-        events.extend(detector.feed_many(stream.process(feed)))
+        events.extend(spoken(detector.feed_many(stream.process(feed))))
     assert len(events) == 2
     start, stop = events
     assert isinstance(start, SpeechStart) and isinstance(stop, SpeechStop)
@@ -177,7 +183,7 @@ def _detector(**kwargs: object) -> TurnDetector:
 def test_start_reports_onset_minus_prefix_padding() -> None:
     td = _detector(threshold=0.5, prefix_padding_ms=300, silence_duration_ms=500)
     # Silent until 1024 ms, then speech: onset is the start of window 33 (1024 ms).
-    events = td.feed_many(_windows([0.1] * 32 + [0.9] * 10))
+    events = spoken(td.feed_many(_windows([0.1] * 32 + [0.9] * 10)))
     assert events == [SpeechStart(1024 - 300)]
     assert td.in_speech
 
@@ -191,7 +197,7 @@ def test_start_is_declared_after_min_speech_run() -> None:
 
 def test_single_window_click_is_ignored() -> None:
     td = _detector(threshold=0.5)
-    assert td.feed_many(_windows([0.1, 0.95, 0.1, 0.1, 0.97, 0.2, 0.1] * 5)) == []
+    assert spoken(td.feed_many(_windows([0.1, 0.95, 0.1, 0.1, 0.97, 0.2, 0.1] * 5))) == []
     assert not td.in_speech
 
 
@@ -199,18 +205,18 @@ def test_min_speech_ms_is_configurable() -> None:
     td = TurnDetector(TurnDetection(prefix_padding_ms=0), min_speech_ms=0)
     assert td.feed(32, 0.9) == SpeechStart(0)
     slow = TurnDetector(TurnDetection(prefix_padding_ms=0), min_speech_ms=160)
-    assert slow.feed_many(_windows([0.9] * 4)) == []
+    assert spoken(slow.feed_many(_windows([0.9] * 4))) == []
     assert slow.feed(160, 0.9) == SpeechStart(0)
 
 
 def test_prefix_padding_is_clamped_at_zero() -> None:
     td = _detector(prefix_padding_ms=300)
-    assert td.feed_many(_windows([0.2, 0.2, 0.9, 0.9])) == [SpeechStart(0)]  # onset 64 - 300 < 0
+    assert spoken(td.feed_many(_windows([0.2, 0.2, 0.9, 0.9]))) == [SpeechStart(0)]  # onset 64 - 300 < 0
 
 
 def test_stop_after_silence_duration() -> None:
     td = _detector(threshold=0.5, prefix_padding_ms=0, silence_duration_ms=200)
-    events = td.feed_many(_windows([0.9] * 10 + [0.05] * 10))
+    events = spoken(td.feed_many(_windows([0.9] * 10 + [0.05] * 10)))
     # Silence starts at 320 ms; 200 ms later falls inside the 7th silent window (ends 544 ms).
     assert events == [SpeechStart(0), SpeechStop(544)]
     assert not td.in_speech
@@ -218,23 +224,23 @@ def test_stop_after_silence_duration() -> None:
 
 def test_zero_silence_duration_stops_on_first_silent_window() -> None:
     td = _detector(prefix_padding_ms=0, silence_duration_ms=0)
-    assert td.feed_many(_windows([0.9, 0.9, 0.1])) == [SpeechStart(0), SpeechStop(96)]
+    assert spoken(td.feed_many(_windows([0.9, 0.9, 0.1]))) == [SpeechStart(0), SpeechStop(96)]
 
 
 def test_hysteresis_middle_band_does_not_start_the_silence_timer() -> None:
     # threshold 0.5 -> negative threshold 0.35: scores of 0.4 keep the turn alive.
     td = _detector(threshold=0.5, prefix_padding_ms=0, silence_duration_ms=100)
     assert td.neg_threshold == pytest.approx(0.35)
-    events = td.feed_many(_windows([0.9, 0.9] + [0.4] * 30))
+    events = spoken(td.feed_many(_windows([0.9, 0.9] + [0.4] * 30)))
     assert events == [SpeechStart(0)]
     assert td.in_speech
 
 
 def test_hysteresis_middle_band_neither_resets_nor_hides_a_running_timer() -> None:
     td = _detector(threshold=0.5, prefix_padding_ms=0, silence_duration_ms=150)
-    td.feed_many(_windows([0.9, 0.9]))
+    spoken(td.feed_many(_windows([0.9, 0.9])))
     # Silence starts at 64 ms; a 0.4 window does not cancel it, so 150 ms on it ends.
-    events = td.feed_many(_windows([0.1, 0.4, 0.1, 0.4, 0.1], first_end_ms=96))
+    events = spoken(td.feed_many(_windows([0.1, 0.4, 0.1, 0.4, 0.1], first_end_ms=96)))
     assert events == [SpeechStop(224)]
 
 
@@ -243,7 +249,7 @@ def test_speech_above_threshold_cancels_the_silence_timer() -> None:
     probs = [0.9, 0.9, 0.1, 0.1, 0.1, 0.6, 0.1, 0.1, 0.1, 0.1]
     # The pause at 64..160 ms is 96 ms < 128 ms; the 0.6 window resets it; the second
     # pause starts at 192 ms and reaches 128 ms at the window ending 320 ms.
-    assert td.feed_many(_windows(probs)) == [SpeechStart(0), SpeechStop(320)]
+    assert spoken(td.feed_many(_windows(probs))) == [SpeechStart(0), SpeechStop(320)]
 
 
 def test_low_threshold_keeps_a_positive_negative_threshold() -> None:
@@ -254,7 +260,7 @@ def test_low_threshold_keeps_a_positive_negative_threshold() -> None:
 def test_two_turns_and_start_never_precedes_previous_stop() -> None:
     td = _detector(threshold=0.5, prefix_padding_ms=300, silence_duration_ms=96)
     probs = [0.0] * 20 + [0.9] * 5 + [0.0] * 4 + [0.9] * 5 + [0.0] * 5
-    events = td.feed_many(_windows(probs))
+    events = spoken(td.feed_many(_windows(probs)))
     # Turn 1: onset 640 ms. Silence from 800 ms; 96 ms later it stops at 896 ms.
     # Turn 2: onset 928 ms; 928 - 300 would reach back into turn 1, so it starts at 896.
     assert events == [SpeechStart(340), SpeechStop(896), SpeechStart(896), SpeechStop(1184)]
@@ -262,20 +268,30 @@ def test_two_turns_and_start_never_precedes_previous_stop() -> None:
 
 def test_reset_forgets_speech_and_history() -> None:
     td = _detector(prefix_padding_ms=0)
-    td.feed_many(_windows([0.9, 0.9]))
+    spoken(td.feed_many(_windows([0.9, 0.9])))
     assert td.in_speech
     td.reset()
     assert not td.in_speech
     assert td.feed(32, 0.1) is None
-    assert td.feed_many(_windows([0.9, 0.9], first_end_ms=64)) == [SpeechStart(32)]
+    assert spoken(td.feed_many(_windows([0.9, 0.9], first_end_ms=64))) == [SpeechStart(32)]
 
 
 def test_nan_probability_is_treated_as_silence() -> None:
     td = _detector(prefix_padding_ms=0, silence_duration_ms=0)
-    assert td.feed_many(_windows([0.9, 0.9, float("nan")])) == [SpeechStart(0), SpeechStop(96)]
+    assert spoken(td.feed_many(_windows([0.9, 0.9, float("nan")]))) == [SpeechStart(0), SpeechStop(96)]
 
 
 def test_threshold_from_config_is_used() -> None:
     td = _detector(threshold=0.8, prefix_padding_ms=0)
-    assert td.feed_many(_windows([0.7] * 10)) == []
-    assert td.feed_many(_windows([0.85, 0.85], first_end_ms=352)) == [SpeechStart(320)]
+    assert spoken(td.feed_many(_windows([0.7] * 10))) == []
+    assert spoken(td.feed_many(_windows([0.85, 0.85], first_end_ms=352))) == [SpeechStart(320)]
+
+
+def test_a_pause_is_announced_when_the_silence_timer_starts() -> None:
+    td = TurnDetector(TurnDetection(silence_duration_ms=96, prefix_padding_ms=0))
+    events = td.feed_many(_windows([0.9, 0.9, 0.05, 0.9, 0.05, 0.05, 0.05, 0.05]))
+    assert events == [SpeechStart(0), SpeechPause(64), SpeechPause(128), SpeechStop(224)]
+    # A window in the hysteresis band neither starts a pause nor ends it.
+    td = TurnDetector(TurnDetection(silence_duration_ms=1000))
+    assert spoken(td.feed_many(_windows([0.9, 0.9]))) == [SpeechStart(0)]
+    assert td.feed_many(_windows([0.4, 0.4], first_end_ms=96)) == []

@@ -177,6 +177,14 @@ class EngineSession(abc.ABC):
     async def add_item(self, *, item_id: str, role: str, text: str) -> None:
         """A text message the client added to the conversation."""
 
+    async def caller_paused(self) -> None:
+        """Hint: the caller went quiet mid-turn and a commit may follow.
+
+        Engines may start work early here (e.g. transcribe the turn so far); the
+        default does nothing. Only sent when the gateway detects turns.
+        """
+        return
+
     @abc.abstractmethod
     async def clear_input(self) -> None:
         """Drop caller audio appended since the last commit."""

@@ -49,6 +49,8 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 _EVENT_QUEUE_SIZE: Final = 256
+#: Audio after a pause counts as silence if its RMS is below this share of the turn's.
+_QUIET_TAIL_RATIO: Final = 0.25
 #: Caller audio waiting for the partial recognizer beyond this is dropped (and
 #: the partial restarted): a partial that far behind is of no use to anyone.
 _MAX_PARTIAL_BACKLOG_S: Final = 5.0
@@ -123,6 +125,11 @@ class EmbeddedSession(port.EngineSession):
         # The turn being spoken: its most recent max_turn_s, as PCM16.
         self._turn = bytearray()
         self._max_turn_bytes = max(2, int(engine.max_turn_s * SAMPLE_RATE) * 2)
+        # Bytes appended to this turn in all (the buffer itself may have been trimmed).
+        self._turn_total = 0
+        # A transcription started when the caller paused: how much of the turn it
+        # covers, and its result. The commit that usually follows reuses it.
+        self._early: tuple[int, asyncio.Future[str]] | None = None
         # Partials: audio not yet decoded, coalesced, and a flag asking the
         # worker to start a new utterance. ``_turn_no`` tells the worker when a
         # hypothesis belongs to a turn that has been committed or cleared.
@@ -148,6 +155,7 @@ class EmbeddedSession(port.EngineSession):
         if self._closed or not pcm:
             return
         self._turn += pcm
+        self._turn_total += len(pcm)
         overflow = len(self._turn) - self._max_turn_bytes
         if overflow > 0:  # a monologue: keep its most recent max_turn_s
             del self._turn[: overflow + (overflow & 1)]
@@ -160,16 +168,35 @@ class EmbeddedSession(port.EngineSession):
             self._feed_reset = True
         self._wake_feed_worker()
 
+    async def caller_paused(self) -> None:
+        """Start transcribing the turn so far: the commit that follows a pause can reuse it.
+
+        The gateway's turn detection waits ``silence_duration_ms`` before it commits;
+        running Whisper during that wait takes it off the reply's critical path.
+        """
+        if self._closed or not self._turn:
+            return
+        if self._early is not None and self._early[0] == self._turn_total:
+            return
+        pcm = bytes(self._turn)
+        early = asyncio.ensure_future(self._engine.run(self._engine.models.final.transcribe, pcm))
+        # A failed guess is not an error; the commit transcribes again.
+        early.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._early = (self._turn_total, early)
+
     async def commit(self, *, item_id: str, create_response: bool) -> None:
         if self._closed:
             return
         pcm = bytes(self._turn)
+        early = self._reusable_early(pcm)
         self._turn.clear()
+        self._turn_total = 0
+        self._early = None
         self._restart_partials()
         # Whisper runs in the background: commit must return at once so the
         # gateway can keep handling the caller (a barge-in, more audio).
         task = asyncio.create_task(
-            self._transcribe(item_id, pcm, self._transcribing), name=f"embedded:transcribe:{item_id}"
+            self._transcribe(item_id, pcm, self._transcribing, early), name=f"embedded:transcribe:{item_id}"
         )
         self._track(task)
         self._transcribing = task
@@ -185,7 +212,21 @@ class EmbeddedSession(port.EngineSession):
 
     async def clear_input(self) -> None:
         self._turn.clear()
+        self._turn_total = 0
+        self._early = None
         self._restart_partials()
+
+    def _reusable_early(self, pcm: bytes) -> asyncio.Future[str] | None:
+        """The pause-time transcription, if everything the caller sent after it is quiet."""
+        if self._early is None:
+            return None
+        covered, early = self._early
+        tail_bytes = self._turn_total - covered
+        if tail_bytes > len(pcm) or (early.done() and (early.cancelled() or early.exception() is not None)):
+            return None
+        if tail_bytes and not _is_quiet_tail(pcm, tail_bytes):
+            return None  # the caller spoke again after the pause
+        return early
 
     # -- replies -----------------------------------------------------------------------
 
@@ -217,6 +258,9 @@ class EmbeddedSession(port.EngineSession):
             return
         self._closed = True
         await self._stop_reply()
+        if self._early is not None:
+            self._early[1].cancel()
+            self._early = None
         for task in list(self._background):
             task.cancel()
         self._partials_on = False
@@ -296,13 +340,19 @@ class EmbeddedSession(port.EngineSession):
 
     # -- transcription -------------------------------------------------------------------
 
-    async def _transcribe(self, item_id: str, pcm: bytes, previous: asyncio.Task[str] | None) -> str:
+    async def _transcribe(
+        self,
+        item_id: str,
+        pcm: bytes,
+        previous: asyncio.Task[str] | None,
+        early: asyncio.Future[str] | None = None,
+    ) -> str:
         if previous is not None:
             # One turn at a time, so final transcripts arrive in turn order.
             with contextlib.suppress(Exception):
                 await asyncio.shield(previous)
         try:
-            text = await self._engine.run(self._engine.models.final.transcribe, pcm)
+            text = await self._early_or_fresh(early, pcm)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -313,6 +363,12 @@ class EmbeddedSession(port.EngineSession):
             text = ""
         await self._events.put(port.EngineInputTranscript(item_id=item_id, text=text, final=True))
         return text
+
+    async def _early_or_fresh(self, early: asyncio.Future[str] | None, pcm: bytes) -> str:
+        if early is not None:
+            with contextlib.suppress(Exception):
+                return await early
+        return await self._engine.run(self._engine.models.final.transcribe, pcm)
 
     # -- partials --------------------------------------------------------------------------
 
@@ -570,3 +626,14 @@ class EmbeddedEngine(port.Engine):
 
     def _release(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
+
+
+def _is_quiet_tail(pcm: bytes, tail_bytes: int) -> bool:
+    """Whether the last ``tail_bytes`` of ``pcm`` are much quieter than the turn as a whole."""
+    samples = np.frombuffer(pcm[: len(pcm) - len(pcm) % 2], dtype="<i2").astype(np.float32)
+    tail = samples[-(tail_bytes // 2) :] if tail_bytes >= 2 else samples[:0]
+    if tail.size == 0:
+        return True
+    whole = float(np.sqrt(np.mean(samples**2)))
+    rest = float(np.sqrt(np.mean(tail**2)))
+    return bool(rest <= _QUIET_TAIL_RATIO * whole)

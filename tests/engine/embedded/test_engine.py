@@ -394,3 +394,52 @@ def test_registry_builds_the_embedded_engine() -> None:
     assert isinstance(engine, EmbeddedEngine)
     assert engine.capabilities.max_sessions == 3 and engine.max_turn_s == 12.0 and engine.partials is False
     assert not engine.ready  # building loads nothing; start() does
+
+
+class CountingTranscriber:
+    """Wraps the shared Whisper recognizer to count the transcriptions it runs."""
+
+    def __init__(self, engine: EmbeddedEngine) -> None:
+        self.calls = 0
+        self._real = engine.models.final.transcribe
+
+    def __call__(self, pcm: Any) -> str:
+        self.calls += 1
+        return self._real(pcm)  # type: ignore[no-any-return]
+
+
+async def test_a_pause_starts_the_transcription_the_commit_reuses(
+    engine: EmbeddedEngine, speech_pcm: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counter = CountingTranscriber(engine)
+    monkeypatch.setattr(engine.models.final, "transcribe", counter)
+    async with opened(engine, "early") as session:
+        await speak(session, speech_pcm, pace_s=0)
+        await session.caller_paused()
+        await session.caller_paused()  # the same pause twice starts nothing new
+        await speak(session, bytes(CHUNK * 3), pace_s=0)  # the silence the gateway waits through
+        await session.commit(item_id="item_e", create_response=False)
+        seen = await read_until(session.events(), port.EngineInputTranscript)
+        while not (isinstance(seen[-1], port.EngineInputTranscript) and seen[-1].final):
+            seen += await read_until(session.events(), port.EngineInputTranscript)
+    assert "weather" in seen[-1].text.lower()  # type: ignore[attr-defined]
+    assert counter.calls == 1
+
+
+async def test_speech_after_the_pause_is_transcribed_afresh(
+    engine: EmbeddedEngine, speech_pcm: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counter = CountingTranscriber(engine)
+    monkeypatch.setattr(engine.models.final, "transcribe", counter)
+    half = len(speech_pcm) // 2 // CHUNK * CHUNK
+    async with opened(engine, "resumed") as session:
+        await speak(session, speech_pcm[:half], pace_s=0)
+        await session.caller_paused()
+        await speak(session, speech_pcm[half:], pace_s=0)  # the caller went on talking
+        await session.commit(item_id="item_f", create_response=False)
+        seen: list[port.EngineEvent] = []
+        while not any(isinstance(e, port.EngineInputTranscript) and e.final for e in seen):
+            seen += await read_until(session.events(), port.EngineInputTranscript)
+    final = next(e for e in seen if isinstance(e, port.EngineInputTranscript) and e.final)
+    assert "tuesday" in final.text.lower()
+    assert counter.calls == 2
