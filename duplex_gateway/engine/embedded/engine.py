@@ -37,7 +37,12 @@ from duplex_gateway.engine.embedded.asr import (
     PartialRecognizerPool,
 )
 from duplex_gateway.engine.embedded.responder import Responder, RestatingResponder
-from duplex_gateway.engine.embedded.tts import PiperSynthesizer, split_sentences, voice_sample_rate
+from duplex_gateway.engine.embedded.tts import (
+    PiperSynthesizer,
+    quick_start,
+    split_sentences,
+    voice_sample_rate,
+)
 from duplex_gateway.engine.event_queue import EngineEventQueue
 from duplex_gateway.session_config import SessionConfig
 
@@ -288,7 +293,7 @@ class EmbeddedSession(port.EngineSession):
             rate = engine.capabilities.output_rate
             chunk_bytes = max(2, rate * engine.chunk_ms // 1000 * 2)
             pacer = _Pacer(engine.pace, engine.lead_ms / 1000.0)
-            for index, sentence in enumerate(split_sentences(text)):
+            for index, sentence in enumerate(quick_start(split_sentences(text))):
                 # A cancel while this awaits abandons the sentence: its audio
                 # is never sent, and the next sentence is never started. With
                 # pacing, the next sentence is only made when the listener is

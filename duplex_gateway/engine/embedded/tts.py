@@ -16,7 +16,7 @@ from typing import ClassVar, Final
 
 import numpy as np
 
-__all__ = ["PiperSynthesizer", "default_voice_paths", "split_sentences", "voice_sample_rate"]
+__all__ = ["PiperSynthesizer", "default_voice_paths", "quick_start", "split_sentences", "voice_sample_rate"]
 
 #: Sentences longer than this are cut at a clause boundary: a long first
 #: sentence would delay the first audio by its whole synthesis time, and a long
@@ -36,6 +36,9 @@ _ABBREVIATIONS: Final = frozenset(
 # quotes or brackets, then whitespace.
 _SENTENCE_END = re.compile(r"""([.!?\u2026]+["'\u2019\u201d)\]]*)\s+""")
 _CLAUSE_BREAK = re.compile(r"[,;:\u2014]\s")
+
+
+_CLAUSE_BREAK = re.compile(r"[,;:]\s+")
 
 
 def split_sentences(text: str, *, max_chars: int = DEFAULT_MAX_SENTENCE_CHARS) -> list[str]:
@@ -60,6 +63,23 @@ def split_sentences(text: str, *, max_chars: int = DEFAULT_MAX_SENTENCE_CHARS) -
         if start < len(line):
             sentences.extend(_cut(line[start:], max_chars))
     return [sentence for sentence in sentences if sentence]
+
+
+def quick_start(sentences: list[str], *, max_chars: int = 40) -> list[str]:
+    """``sentences`` with a long first one split after its first clause, if that clause is short.
+
+    The first audio of a reply waits for its first piece to be synthesized, so a
+    short opening ("You said:") reaches the caller sooner than a whole sentence.
+    """
+    if not sentences:
+        return sentences
+    first = sentences[0]
+    if len(first) <= max_chars:
+        return sentences  # short already: splitting would only cost prosody
+    match = _CLAUSE_BREAK.search(first)
+    if match is None or match.end() > max_chars or not first[match.end() :].strip():
+        return sentences
+    return [first[: match.start() + 1], first[match.end() :].strip(), *sentences[1:]]
 
 
 def _is_sentence_end(line: str, start: int, punct_at: int, next_at: int) -> bool:

@@ -12,6 +12,7 @@ from duplex_gateway.engine.embedded.asr import FinalRecognizer
 from duplex_gateway.engine.embedded.tts import (
     PiperSynthesizer,
     default_voice_paths,
+    quick_start,
     split_sentences,
     voice_sample_rate,
 )
@@ -129,3 +130,17 @@ def test_round_trip_through_whisper(synthesizer: PiperSynthesizer, final_recogni
     at_16k = soxr.resample(samples, synthesizer.sample_rate, 16_000).astype(np.float32)
     heard = final_recognizer.transcribe(at_16k)
     assert "time" in heard.lower()
+
+
+def test_quick_start_splits_a_short_opening_clause() -> None:
+    assert quick_start(["You said: please send me the weather report for Tuesday.", "Bye."]) == [
+        "You said:",
+        "please send me the weather report for Tuesday.",
+        "Bye.",
+    ]
+    long_opening = "This opening clause runs on for far too many characters, then stops."
+    assert quick_start([long_opening]) == [long_opening]
+    assert quick_start(["You said: help."]) == ["You said: help."]  # short: left whole
+    no_break = "There is no clause break anywhere in this longer sentence."
+    assert quick_start([no_break]) == [no_break]
+    assert quick_start([]) == []
