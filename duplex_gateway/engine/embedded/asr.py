@@ -152,7 +152,9 @@ class PartialRecognizerPool:
         """The process-wide pool on the default (wheel-shipped) en-US model."""
         with cls._shared_lock:
             if cls._shared is None:
-                cls._shared = cls()
+                # No second (flat-lexicon) search pass: it made each utterance end take
+                # ~180 ms holding the GIL, and partials are as good without it.
+                cls._shared = cls(fwdflat=False)
             return cls._shared
 
     @property

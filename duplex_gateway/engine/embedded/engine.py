@@ -43,6 +43,7 @@ from duplex_gateway.engine.embedded.tts import (
     split_sentences,
     voice_sample_rate,
 )
+from duplex_gateway.engine.embedded.workers import Priority, PriorityWorkers
 from duplex_gateway.engine.event_queue import EngineEventQueue
 from duplex_gateway.session_config import SessionConfig
 
@@ -59,6 +60,8 @@ _QUIET_TAIL_RATIO: Final = 0.25
 #: Caller audio waiting for the partial recognizer beyond this is dropped (and
 #: the partial restarted): a partial that far behind is of no use to anyone.
 _MAX_PARTIAL_BACKLOG_S: Final = 5.0
+#: Audio decoded per partial-recognizer call (200 ms of PCM16 at 16 kHz).
+_PARTIAL_STEP_BYTES: Final = SAMPLE_RATE // 5 * 2
 #: Decoders kept ready beyond those in use, so opening a session costs nothing.
 _SPARE_DECODERS: Final = 1
 
@@ -184,7 +187,7 @@ class EmbeddedSession(port.EngineSession):
         if self._early is not None and self._early[0] == self._turn_total:
             return
         pcm = bytes(self._turn)
-        early = asyncio.ensure_future(self._engine.run(self._engine.models.final.transcribe, pcm))
+        early = asyncio.ensure_future(self._engine.run(Priority.FINAL, self._engine.models.final.transcribe, pcm))
         # A failed guess is not an error; the commit transcribes again.
         early.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._early = (self._turn_total, early)
@@ -298,7 +301,7 @@ class EmbeddedSession(port.EngineSession):
                 # is never sent, and the next sentence is never started. With
                 # pacing, the next sentence is only made when the listener is
                 # about to need it, so an interrupted reply wastes little work.
-                pcm = await engine.run(engine.models.voice.synthesize, sentence, speed=self._speed)
+                pcm = await engine.run(Priority.SPEECH, engine.models.voice.synthesize, sentence, speed=self._speed)
                 delta = sentence if index == 0 else f" {sentence}"
                 await self._events.put(port.EngineTranscript(response_id=response_id, delta=delta))
                 for offset in range(0, len(pcm), chunk_bytes):
@@ -373,7 +376,7 @@ class EmbeddedSession(port.EngineSession):
         if early is not None:
             with contextlib.suppress(Exception):
                 return await early
-        return await self._engine.run(self._engine.models.final.transcribe, pcm)
+        return await self._engine.run(Priority.FINAL, self._engine.models.final.transcribe, pcm)
 
     # -- partials --------------------------------------------------------------------------
 
@@ -404,10 +407,10 @@ class EmbeddedSession(port.EngineSession):
                         self._feed_reset = False
                         await self._decode(recognizer.reset)
                         continue
-                    # Whatever arrived meanwhile goes in one call: when the
-                    # CPU is busy, partials come less often rather than late.
-                    pcm, turn_no = bytes(self._feed), self._turn_no
-                    self._feed.clear()
+                    # At most a step of audio per call: pocketsphinx holds the GIL
+                    # while it decodes, and the event loop must not wait long.
+                    pcm, turn_no = bytes(self._feed[:_PARTIAL_STEP_BYTES]), self._turn_no
+                    del self._feed[: len(pcm)]
                     text = await self._decode(recognizer.feed, pcm)
                     if isinstance(text, str) and text and turn_no == self._turn_no:
                         self._events.offer(port.EngineInputTranscript(item_id="", text=text, final=False))
@@ -420,7 +423,7 @@ class EmbeddedSession(port.EngineSession):
             self._feed.clear()
 
     async def _decode(self, fn: Callable[_P, object], *args: _P.args, **kwargs: _P.kwargs) -> object:
-        self._feed_job = job = self._engine.submit(fn, *args, **kwargs)
+        self._feed_job = job = self._engine.submit(Priority.BACKGROUND, fn, *args, **kwargs)
         return await asyncio.wrap_future(job)
 
     def _hand_back_recognizer(self) -> None:
@@ -501,7 +504,7 @@ class EmbeddedEngine(port.Engine):
         #: Seconds each model took to load and to warm, filled by :meth:`start`.
         self.load_times: dict[str, float] = {}
         self._models: EmbeddedModels | None = None
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._executor: PriorityWorkers | None = None
         self._sessions: dict[str, EmbeddedSession] = {}
         self._opening = 0
         self._prewarm: concurrent.futures.Future[None] | None = None
@@ -535,7 +538,7 @@ class EmbeddedEngine(port.Engine):
             return
         self._models = await asyncio.to_thread(self._load)
         self._pool = self._models.partials
-        self._executor = concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="embedded")
+        self._executor = PriorityWorkers(self.workers, name="embedded")
         logger.info(
             "embedded engine ready (%s)",
             ", ".join(f"{name} {seconds:.2f} s" for name, seconds in self.load_times.items()),
@@ -583,7 +586,7 @@ class EmbeddedEngine(port.Engine):
             recognizer: PartialRecognizer | None = None
             pool = self.models.partials
             if pool is not None:
-                recognizer = await self.run(pool.acquire, max_utterance_s=self.max_turn_s)
+                recognizer = await self.run(Priority.FINAL, pool.acquire, max_utterance_s=self.max_turn_s)
                 self._keep_spare(pool)
             session = EmbeddedSession(self, session_id, config, recognizer)
             self._sessions[session_id] = session
@@ -593,30 +596,32 @@ class EmbeddedEngine(port.Engine):
 
     def _keep_spare(self, pool: PartialRecognizerPool) -> None:
         if self._prewarm is None or self._prewarm.done():
-            self._prewarm = self.submit(pool.prewarm, _SPARE_DECODERS)
+            self._prewarm = self.submit(Priority.BACKGROUND, pool.prewarm, _SPARE_DECODERS)
 
     async def shutdown(self) -> None:
         for session in list(self._sessions.values()):
             await session.close("shutdown")
         executor, self._executor = self._executor, None
         if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+            executor.shutdown()
         # The models stay loaded (they are shared by the process); the pool goes.
         self._models = None
 
     # -- for sessions ------------------------------------------------------------------
 
     def submit(
-        self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+        self, priority: Priority, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
     ) -> concurrent.futures.Future[_T]:
-        """Run ``fn`` on the inference pool."""
+        """Run ``fn`` on the inference pool, ahead of less urgent work."""
         if self._executor is None:
             raise port.EngineUnavailable("the embedded engine is shut down")
-        return self._executor.submit(fn, *args, **kwargs)
+        return self._executor.submit(priority, fn, *args, **kwargs)
 
-    async def run(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    async def run(
+        self, priority: Priority, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
         """Run ``fn`` on the inference pool and wait; cancelling the wait cancels it if not yet started."""
-        return await asyncio.wrap_future(self.submit(fn, *args, **kwargs))
+        return await asyncio.wrap_future(self.submit(priority, fn, *args, **kwargs))
 
     def _release_recognizer(self, recognizer: PartialRecognizer) -> None:
         pool = self._pool
@@ -625,7 +630,7 @@ class EmbeddedEngine(port.Engine):
         if self._executor is not None:
             # Ending a long utterance runs a search pass: keep it off the loop.
             with contextlib.suppress(RuntimeError):  # the executor is shutting down
-                self._executor.submit(pool.release, recognizer)
+                self._executor.submit(Priority.BACKGROUND, pool.release, recognizer)
                 return
         pool.release(recognizer)
 
