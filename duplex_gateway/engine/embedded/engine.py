@@ -197,6 +197,10 @@ class EmbeddedSession(port.EngineSession):
             return
         pcm = bytes(self._turn)
         early = self._reusable_early(pcm)
+        logger.debug(
+            "session %s commit %s: %s", self._session_id, item_id,
+            "reusing the transcription started at the pause" if early else "transcribing now",
+        )
         self._turn.clear()
         self._turn_total = 0
         self._early = None
