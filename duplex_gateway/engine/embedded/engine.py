@@ -36,7 +36,7 @@ from duplex_gateway.engine.embedded.asr import (
     PartialRecognizer,
     PartialRecognizerPool,
 )
-from duplex_gateway.engine.embedded.responder import Responder, RestatingResponder
+from duplex_gateway.engine.embedded.responder import DIDNT_CATCH, Responder, RestatingResponder
 from duplex_gateway.engine.embedded.tts import (
     PiperSynthesizer,
     quick_start,
@@ -567,7 +567,8 @@ class EmbeddedEngine(port.Engine):
         final.warm()
         times["whisper_warm_s"] = time.perf_counter() - started
         started = time.perf_counter()
-        voice.warm()
+        # Openings most replies start with, so their first audio needs no synthesis.
+        voice.warm(("You said:", *split_sentences(DIDNT_CATCH)))
         times["piper_warm_s"] = time.perf_counter() - started
         if partials is not None:
             started = time.perf_counter()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import ClassVar, Final
 
@@ -35,6 +36,10 @@ _ABBREVIATIONS: Final = frozenset(
 # A sentence ends at . ! ? or an ellipsis, optionally followed by closing
 # quotes or brackets, then whitespace.
 _SENTENCE_END = re.compile(r"""([.!?\u2026]+["'\u2019\u201d)\]]*)\s+""")
+#: Sentences up to this long are cached once spoken (stock openings and short answers).
+_CACHED_MAX_CHARS: Final = 24
+_CACHE_ENTRIES: Final = 64
+
 _CLAUSE_BREAK = re.compile(r"[,;:\u2014]\s")
 
 
@@ -159,6 +164,8 @@ class PiperSynthesizer:
         self.sample_rate: int = int(config.sample_rate)
         self.model_path = model
         self._warmed = False
+        self._cache: OrderedDict[tuple[str, float], bytes] = OrderedDict()
+        self._cache_lock = threading.Lock()
 
     @classmethod
     def shared(
@@ -183,20 +190,39 @@ class PiperSynthesizer:
         ``speed`` above 1 speaks faster. Give it one sentence at a time; a
         longer text works but its first audio waits for all of it.
         """
-        from piper import SynthesisConfig
-
         if not sentence.strip():
             return b""
         speed = min(max(speed, 0.25), 4.0)
+        if len(sentence) > _CACHED_MAX_CHARS:
+            return self._speak(sentence, speed)
+        # Short stock phrases ("You said:", "Sorry?") open many replies: speak each once.
+        key = (sentence, speed)
+        with self._cache_lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
+        pcm = self._speak(sentence, speed)
+        with self._cache_lock:
+            self._cache[key] = pcm
+            while len(self._cache) > _CACHE_ENTRIES:
+                self._cache.popitem(last=False)
+        return pcm
+
+    def _speak(self, sentence: str, speed: float) -> bytes:
+        from piper import SynthesisConfig
+
         config = SynthesisConfig(length_scale=self._length_scale / speed, volume=_VOLUME)
         chunks = [chunk.audio_int16_array for chunk in self._voice.synthesize(sentence, syn_config=config)]
         if not chunks:
             return b""
         return np.concatenate(chunks).astype("<i2", copy=False).tobytes()
 
-    def warm(self) -> None:
-        """One tiny synthesis so the first reply does not pay for lazy initialisation (once)."""
-        if self._warmed:
-            return
-        self._warmed = True
-        self.synthesize("Hello.")
+    def warm(self, phrases: tuple[str, ...] = ()) -> None:
+        """One tiny synthesis so the first reply does not pay for lazy initialisation (once),
+        then ``phrases`` into the cache of short sentences."""
+        if not self._warmed:
+            self._warmed = True
+            self.synthesize("Hello.")
+        for phrase in phrases:
+            self.synthesize(phrase)

@@ -144,3 +144,21 @@ def test_quick_start_splits_a_short_opening_clause() -> None:
     no_break = "There is no clause break anywhere in this longer sentence."
     assert quick_start([no_break]) == [no_break]
     assert quick_start([]) == []
+
+
+def test_short_phrases_are_spoken_once(synthesizer: PiperSynthesizer, monkeypatch: pytest.MonkeyPatch) -> None:
+    spoken: list[str] = []
+    real = synthesizer._speak
+
+    def counting(sentence: str, speed: float) -> bytes:
+        spoken.append(sentence)
+        return real(sentence, speed)
+
+    monkeypatch.setattr(synthesizer, "_speak", counting)
+    first = synthesizer.synthesize("Cache me, please.")
+    assert synthesizer.synthesize("Cache me, please.") == first
+    synthesizer.synthesize("Cache me, please.", speed=1.5)  # another speed is another entry
+    long_sentence = "This sentence is far too long to be worth keeping in the cache."
+    synthesizer.synthesize(long_sentence)
+    synthesizer.synthesize(long_sentence)
+    assert spoken == ["Cache me, please.", "Cache me, please.", long_sentence, long_sentence]
