@@ -187,6 +187,8 @@ class EmbeddedSession(port.EngineSession):
         if self._early is not None and self._early[0] == self._turn_total:
             return
         pcm = bytes(self._turn)
+        logger.debug("session %s: caller paused after %.2f s of turn; transcribing early",
+                     self._session_id, len(pcm) / 2 / SAMPLE_RATE)
         early = asyncio.ensure_future(self._engine.run(Priority.FINAL, self._engine.models.final.transcribe, pcm))
         # A failed guess is not an error; the commit transcribes again.
         early.add_done_callback(lambda f: f.cancelled() or f.exception())
