@@ -2,6 +2,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# The vLLM-Omni stack's own virtualenv (see omni-venv below).
+OMNI_VENV ?= .venv-omni
+OMNI_BIN := $(OMNI_VENV)/bin
 # silero-vad's wheel carries the ONNX model we run on onnxruntime; its declared
 # dependency on torch is for its own PyTorch loader, which we never import.
 SILERO_VAD := silero-vad==6.2.3
@@ -9,7 +12,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 CONFIG ?= configs/default.yaml
 
-.PHONY: run test clean
+.PHONY: run test clean omni-venv test-omni clean-omni
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,3 +36,27 @@ test: $(VENV)/.installed-test
 
 clean:
 	rm -rf $(VENV)
+
+# The heavy vLLM-Omni stack (engines vllm-omni / vllm-omni-stream) in its own
+# virtualenv (OMNI_VENV, defined at the top), built once (~7.6 GB): the stamp is
+# reused until a requirements file changes. The gateway itself goes in editable
+# and without its own dependencies.
+$(OMNI_BIN)/python:
+	$(PYTHON) -m venv $(OMNI_VENV)
+
+$(OMNI_VENV)/.installed: requirements/omni.txt requirements/omni-nodeps.txt | $(OMNI_BIN)/python
+	$(OMNI_BIN)/python -m pip install -q -r requirements/omni.txt
+	$(OMNI_BIN)/python -m pip install -q --no-deps -r requirements/omni-nodeps.txt
+	touch $@
+
+$(OMNI_VENV)/.installed-gateway: pyproject.toml $(OMNI_VENV)/.installed
+	$(OMNI_BIN)/python -m pip install -q --no-deps -e .
+	touch $@
+
+omni-venv: $(OMNI_VENV)/.installed-gateway
+
+test-omni: $(OMNI_VENV)/.installed-gateway
+	HF_HUB_OFFLINE=1 $(OMNI_BIN)/python -m pytest tests/omni
+
+clean-omni:
+	rm -rf $(OMNI_VENV)

@@ -19,6 +19,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--engine", help="engine name, overriding engine.name")
     serve.add_argument("--host", help="address to listen on, overriding server.host")
     serve.add_argument("--port", type=int, help="port to listen on, overriding server.port")
+    serve.add_argument("--model", help="vLLM-Omni model name or path, overriding engine.vllm_omni.model")
+    serve.add_argument(
+        "--deploy-config", help="vLLM-Omni deploy YAML, overriding engine.vllm_omni.deploy_config"
+    )
+    serve.add_argument(
+        "--omni-factory",
+        metavar="MODULE:CALLABLE",
+        help="callable returning the DuplexOmni / AsyncOmni to serve, overriding engine.vllm_omni.omni_factory",
+    )
     talk = commands.add_parser("call", help="stream a WAV file to a gateway and save the spoken reply")
     talk.add_argument("wav", help="caller audio: a WAV file (any rate; mono or stereo)")
     talk.add_argument("--url", default="ws://127.0.0.1:8000/v1/realtime", help="gateway WebSocket URL")
@@ -58,7 +67,14 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(
             args.config,
-            **{"engine.name": args.engine, "server.host": args.host, "server.port": args.port},
+            **{
+                "engine.name": args.engine,
+                "server.host": args.host,
+                "server.port": args.port,
+                "engine.vllm_omni.model": args.model,
+                "engine.vllm_omni.deploy_config": args.deploy_config,
+                "engine.vllm_omni.omni_factory": args.omni_factory,
+            },
         )
         engine = build_engine(settings)
     except (ConfigError, UnknownEngine) as exc:

@@ -25,6 +25,7 @@ __all__ = [
     "LimitSettings",
     "ServerSettings",
     "SessionDefaults",
+    "VllmOmniSettings",
     "load_settings",
 ]
 
@@ -109,10 +110,37 @@ class EmbeddedSettings(_Section):
     max_sessions: int | None = Field(8, ge=1)
 
 
+class VllmOmniSettings(_Section):
+    """The in-process vLLM-Omni engines: ``vllm-omni`` (native duplex) and ``vllm-omni-stream`` (turn-based)."""
+
+    #: Model name or local path handed to ``DuplexOmni`` / ``AsyncOmni``.
+    model: str | None = None
+    #: Deploy YAML (a path, or a name under vLLM-Omni's ``deploy/``); ``vllm-omni`` needs ``session_mode: duplex``.
+    deploy_config: str | None = None
+    #: ``module:callable`` returning a ready ``DuplexOmni`` / ``AsyncOmni`` instead of building one from ``model``.
+    omni_factory: str | None = Field(None, pattern=r"^[\w.]+:[\w.]+$")
+    trust_remote_code: bool = False
+    #: Longest wait for the engine (stage processes, weights) at start-up.
+    startup_timeout_s: float = Field(600.0, gt=0)
+    #: Longest wait for a session open/close or an abort acknowledgement.
+    control_timeout_s: float = Field(10.0, gt=0)
+    #: Rate caller audio is handed to the engine at (default 16000, what vLLM-Omni normalizes to).
+    input_rate: int | None = Field(None, ge=8_000, le=48_000)
+    #: Rate reply audio is handed to the gateway at (default 24000); the engine's audio is resampled to it.
+    output_rate: int | None = Field(None, ge=8_000, le=48_000)
+    #: ``vllm-omni``: who finds the ends of turns, the gateway's VAD or vLLM-Omni's server VAD.
+    turn_detection: Literal["gateway", "engine"] = "gateway"
+    #: ``vllm-omni-stream``: caller audio is sent to the engine in pieces of at least this much.
+    input_chunk_ms: int = Field(100, ge=0, le=5_000)
+    #: ``vllm-omni-stream``: text prompt sent with each caller audio chunk (the model's chat template).
+    prompt: str = ""
+
+
 class EngineSettings(_Section):
     name: str = "embedded"
     echo: EchoSettings = EchoSettings()
     embedded: EmbeddedSettings = EmbeddedSettings()
+    vllm_omni: VllmOmniSettings = VllmOmniSettings()
 
 
 class SessionDefaults(_Section):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 
-from duplex_gateway.config import GatewaySettings
+from duplex_gateway.config import ConfigError, GatewaySettings
 from duplex_gateway.engine.port import Engine
 
 __all__ = ["ENGINES", "UnknownEngine", "build_engine"]
@@ -41,11 +42,72 @@ def _embedded(settings: GatewaySettings) -> Engine:
     )
 
 
+def _vllm_omni_installed() -> bool:
+    return importlib.util.find_spec("vllm_omni") is not None
+
+
+def _vllm_omni_source(settings: GatewaySettings) -> None:
+    omni = settings.engine.vllm_omni
+    name = settings.engine.name
+    if not omni.model and not omni.omni_factory:
+        raise ConfigError(
+            f"engine {name} needs engine.vllm_omni.model (--model) "
+            "or engine.vllm_omni.omni_factory (--omni-factory)"
+        )
+    if not _vllm_omni_installed():
+        raise ConfigError(
+            f"engine {name} needs vLLM-Omni, which is not installed in this environment: "
+            "build its virtualenv with `make omni-venv` and run the gateway from it "
+            "(.venv-omni/bin/duplex-gateway serve ...)"
+        )
+
+
+def _vllm_omni(settings: GatewaySettings) -> Engine:
+    from duplex_gateway.engine.vllm_omni import VllmOmniEngine
+
+    _vllm_omni_source(settings)
+    omni = settings.engine.vllm_omni
+    return VllmOmniEngine(
+        factory=omni.omni_factory,
+        model=omni.model,
+        deploy_config=omni.deploy_config,
+        trust_remote_code=omni.trust_remote_code,
+        startup_timeout_s=omni.startup_timeout_s,
+        control_timeout_s=omni.control_timeout_s,
+        input_rate=omni.input_rate,
+        output_rate=omni.output_rate,
+        engine_vad=omni.turn_detection == "engine",
+        max_sessions=settings.limits.max_sessions,
+    )
+
+
+def _vllm_omni_stream(settings: GatewaySettings) -> Engine:
+    from duplex_gateway.engine.vllm_omni_stream import VllmOmniStreamEngine
+
+    _vllm_omni_source(settings)
+    omni = settings.engine.vllm_omni
+    return VllmOmniStreamEngine(
+        factory=omni.omni_factory,
+        model=omni.model,
+        deploy_config=omni.deploy_config,
+        trust_remote_code=omni.trust_remote_code,
+        startup_timeout_s=omni.startup_timeout_s,
+        abort_timeout_s=omni.control_timeout_s,
+        input_rate=omni.input_rate,
+        output_rate=omni.output_rate,
+        input_chunk_ms=omni.input_chunk_ms,
+        prompt=omni.prompt,
+        max_sessions=settings.limits.max_sessions,
+    )
+
+
 #: Builders by engine name; each imports its engine only when chosen, so heavy
 #: stacks never load unless asked for.
 ENGINES: dict[str, Callable[[GatewaySettings], Engine]] = {
     "echo": _echo,
     "embedded": _embedded,
+    "vllm-omni": _vllm_omni,
+    "vllm-omni-stream": _vllm_omni_stream,
 }
 
 

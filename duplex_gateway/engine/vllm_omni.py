@@ -1,0 +1,662 @@
+"""The ``vllm-omni`` engine: native duplex sessions of an in-process vLLM-Omni ``DuplexOmni``.
+
+One ``DuplexOmni`` serves the whole gateway; each gateway session owns one
+``DuplexSessionHandle`` for its lifetime. Port calls map one to one onto handle
+calls, and the handle's typed events map back onto port events:
+
+==================================  ==========================================
+handle event                        port event
+==================================  ==========================================
+``response.created``                :class:`~port.EngineResponseStarted`
+``response.output_audio.delta``     :class:`~port.EngineAudio` (PCM16 at the
+                                    engine's output rate, whatever the event's
+                                    format and rate)
+``response.output_audio_transcript  :class:`~port.EngineTranscript`
+.delta``
+``response.output_text.delta``      :class:`~port.EngineText`
+``response.done``                   :class:`~port.EngineResponseDone`
+``input_audio_buffer.speech_*``     :class:`~port.EngineSpeechStarted` /
+                                    ``Stopped`` (engine VAD only)
+``error``                           :class:`~port.EngineError`
+``session.closed`` / ``expired``    :class:`~port.EngineClosed`
+==================================  ==========================================
+
+vLLM-Omni keeps a playback ledger: until the client says how much of a reply it
+played, the next user turn counts as talking over it and gets no answer. The
+gateway passes on what clients report (``playback.ack`` and truncation); for a
+reply nobody reported on, the session acknowledges what was produced before the
+caller's next input reaches the engine.
+
+vLLM, vLLM-Omni and torch are imported only when this engine starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import importlib
+import io
+import logging
+import os
+import sys
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from duplex_gateway.audio import codec
+from duplex_gateway.audio.format import Encoding
+from duplex_gateway.audio.resample import StreamResampler
+from duplex_gateway.engine import port
+from duplex_gateway.session_config import Modality, SessionConfig
+
+__all__ = [
+    "OmniFactoryError",
+    "ReplyAudio",
+    "VllmOmniEngine",
+    "VllmOmniSession",
+    "decode_audio",
+    "keep_root_logging",
+    "load_factory",
+]
+
+logger = logging.getLogger(__name__)
+
+_EVENT_QUEUE_SIZE = 1024
+#: vLLM-Omni normalizes caller audio to 16 kHz; sending it at that rate avoids a second resampling.
+DEFAULT_INPUT_RATE = 16_000
+DEFAULT_OUTPUT_RATE = 24_000
+#: Engine errors caused by a playback report the gateway already validated (late or duplicate acks).
+_PLAYBACK_ERROR_PREFIX = "playback_"
+
+
+class OmniFactoryError(ValueError):
+    """``--omni-factory`` does not name an importable callable."""
+
+
+def load_factory(spec: str) -> Callable[[], Any]:
+    """The callable named by ``module:attribute`` (like uvicorn's ``module:app``).
+
+    The working directory is importable, as it is for ``python -m``.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise OmniFactoryError(f"omni factory {spec!r} must look like 'package.module:callable'")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise OmniFactoryError(f"omni factory {spec!r}: cannot import {module_name}: {exc}") from exc
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise OmniFactoryError(f"omni factory {spec!r}: {module_name} has no attribute {attr}") from None
+    if not callable(target):
+        raise OmniFactoryError(f"omni factory {spec!r} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def keep_root_logging() -> Iterator[None]:
+    """Undo what importing vLLM's serving stack does to the root logger.
+
+    One of its dependencies (``model_hosting_container_standards``) sets the root
+    logger and its handlers to ``LOG_LEVEL`` (default ERROR) when imported, which
+    would silence the gateway's own warnings and info lines.
+    """
+    root = logging.getLogger()
+    level = root.level
+    handler_levels = [(h, h.level) for h in root.handlers]
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+        for handler, handler_level in handler_levels:
+            handler.setLevel(handler_level)
+
+
+# ---------------------------------------------------------------------------------------
+# Audio the engine hands back
+
+
+_PCM16_NAMES = frozenset({"pcm16", "pcm", "pcm_s16le", "s16le"})
+
+
+def decode_audio(data: bytes, fmt: str | None, rate: int | None) -> tuple[npt.NDArray[np.float32], int | None]:
+    """Engine audio bytes in ``fmt`` as mono float32, with the rate they are at.
+
+    ``wav`` carries its own rate; raw formats are at ``rate`` (``None``: unknown).
+    """
+    name = (fmt or "pcm16").lower()
+    if name in _PCM16_NAMES:
+        return codec.decode(data[: len(data) - len(data) % 2], Encoding.PCM16), rate
+    if name in ("pcm_f32le", "f32le", "float32"):
+        return codec.decode(data[: len(data) - len(data) % 4], Encoding.PCM_F32LE), rate
+    if name in ("g711_ulaw", "ulaw", "pcmu"):
+        return codec.decode(data, Encoding.G711_ULAW), rate or 8_000
+    if name in ("g711_alaw", "alaw", "pcma"):
+        return codec.decode(data, Encoding.G711_ALAW), rate or 8_000
+    if name == "wav":
+        import soundfile
+
+        samples, wav_rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
+        return np.ascontiguousarray(samples.mean(axis=1), dtype=np.float32), int(wav_rate)
+    raise ValueError(f"unsupported engine audio format {fmt!r}")
+
+
+class ReplyAudio:
+    """One reply's audio on its way to PCM16 at the engine output rate (stateful resampling)."""
+
+    def __init__(self, out_rate: int) -> None:
+        self.out_rate = out_rate
+        self.samples = 0  # PCM16 samples produced at out_rate
+        self._resampler: StreamResampler | None = None
+
+    def convert(self, samples: npt.NDArray[np.float32], rate: int) -> bytes:
+        if self._resampler is None or self._resampler.in_rate != rate:
+            tail = self.flush()
+            self._resampler = StreamResampler(rate, self.out_rate)
+            if tail:
+                return tail + self._pcm(self._resampler.process(samples))
+        return self._pcm(self._resampler.process(samples))
+
+    def flush(self) -> bytes:
+        if self._resampler is None:
+            return b""
+        return self._pcm(self._resampler.flush())
+
+    def _pcm(self, samples: npt.NDArray[np.float32]) -> bytes:
+        self.samples += int(samples.size)
+        return codec.encode(samples, Encoding.PCM16)
+
+    @property
+    def produced_ms(self) -> int:
+        return self.samples * 1000 // self.out_rate
+
+
+# ---------------------------------------------------------------------------------------
+# The session
+
+
+@dataclass(slots=True)
+class _Reply:
+    gateway_id: str
+    audio: ReplyAudio
+    dropped: bool = False
+    #: The reply's audio as the engine's playback ledger counts it (before ``speed``).
+    engine_sent_ms: int | None = None
+
+    def engine_ms(self, played_ms: int) -> int:
+        """``played_ms`` of delivered audio in the engine ledger's milliseconds."""
+        produced = self.audio.produced_ms
+        if self.engine_sent_ms is None or produced <= 0:
+            return played_ms
+        return min(self.engine_sent_ms, round(played_ms * self.engine_sent_ms / produced))
+
+
+#: Finished replies remembered for late playback reports.
+_LEDGER_SIZE = 16
+
+
+class VllmOmniSession(port.EngineSession):
+    """One gateway session on one ``DuplexSessionHandle``."""
+
+    def __init__(self, engine: VllmOmniEngine, session_id: str, handle: Any, config: SessionConfig) -> None:
+        self._engine = engine
+        self._session_id = session_id
+        self._handle = handle
+        self._config = config
+        caps = engine.capabilities
+        self._input_rate = caps.input_rate
+        self._output_rate = caps.output_rate
+        self._engine_vad = caps.detects_turns
+        self._events: asyncio.Queue[port.EngineEvent] = asyncio.Queue(_EVENT_QUEUE_SIZE)
+        #: Engine response id -> the reply it is on the gateway side.
+        self._replies: dict[str, _Reply] = {}
+        #: Ids the gateway gave ``response.create`` calls the engine has not answered yet.
+        self._pending_ids: deque[str] = deque()
+        self._cancelled_pending: set[str] = set()
+        #: Finished replies by engine id, for playback reports that come after them.
+        self._finished: dict[str, _Reply] = {}
+        #: The last finished reply nobody reported playback for: (engine id, engine ms).
+        self._unacked: tuple[str, int] | None = None
+        self._closed = False
+        self._closed_event = asyncio.Event()
+        self._pump = asyncio.create_task(self._run(), name=f"vllm-omni-events:{session_id}")
+
+    @property
+    def engine_session_id(self) -> str:
+        return str(self._handle.session_id)
+
+    # -- port calls -----------------------------------------------------------------------
+
+    async def append_audio(self, pcm: bytes) -> None:
+        await self._ack_unreported()
+        # Gateway VAD (or the client's commits) decides turns: all audio handed over is the turn's.
+        is_speech = None if self._engine_vad else True
+        await self._handle.append_audio(pcm, format="pcm16", sample_rate_hz=self._input_rate, is_speech=is_speech)
+
+    async def commit(self, *, item_id: str, create_response: bool) -> None:
+        await self._ack_unreported()
+        await self._handle.commit(final=True, create_response=create_response)
+
+    async def add_item(self, *, item_id: str, role: str, text: str) -> None:
+        content_type = "output_text" if role == "assistant" else "input_text"
+        await self._handle.create_item(
+            {"id": item_id, "type": "message", "role": role, "content": [{"type": content_type, "text": text}]}
+        )
+
+    async def clear_input(self) -> None:
+        await self._handle.clear_input()
+
+    async def create_response(self, *, response_id: str, instructions: str | None) -> None:
+        await self._ack_unreported()
+        self._pending_ids.append(response_id)
+        options: dict[str, object] = {"modalities": self._modalities()}
+        if instructions:
+            options["instructions"] = instructions
+        await self._handle.create_response(options)
+
+    async def cancel_response(self, response_id: str) -> None:
+        engine_id = self._engine_id(response_id)
+        if engine_id is None and response_id in self._pending_ids:
+            # Not started yet: fence the engine's reply whenever it is created.
+            self._pending_ids.remove(response_id)
+            self._cancelled_pending.add(response_id)
+        await self._handle.cancel_response(engine_id)
+
+    async def barge_in(self) -> None:
+        await self._handle.barge_in()
+
+    async def ack_playback(self, *, response_id: str, played_ms: int) -> None:
+        engine_id = self._engine_id(response_id) or response_id
+        reply = self._replies.get(engine_id) or self._finished.get(engine_id)
+        if self._unacked is not None and self._unacked[0] == engine_id:
+            self._unacked = None
+        played = reply.engine_ms(int(played_ms)) if reply is not None else int(played_ms)
+        await self._handle.ack_playback(played, response_id=engine_id)
+
+    async def update(self, config: SessionConfig) -> None:
+        self._config = config
+        await self._handle.update(self._engine._session_patch(config, initial=False))
+
+    async def close(self, reason: str) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if not self._handle.closed:
+                await self._handle.close(reason=reason, timeout=self._engine.control_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the engine refused or lost the close; the session ends anyway
+            logger.warning("closing vLLM-Omni session %s failed: %s", self.engine_session_id, exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._pump), self._engine.control_timeout_s)
+        if not self._pump.done():
+            self._pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump
+        self._finish(reason)
+
+    async def events(self) -> AsyncIterator[port.EngineEvent]:
+        while True:
+            event = await self._events.get()
+            yield event
+            if isinstance(event, port.EngineClosed):
+                return
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _modalities(self) -> list[str]:
+        # Text always: vLLM-Omni accepts a playback report only for replies that carried text.
+        return ["text", "audio"] if Modality.AUDIO in self._config.output_modalities else ["text"]
+
+    def _engine_id(self, gateway_id: str) -> str | None:
+        for replies in (self._replies, self._finished):
+            for engine_id, reply in replies.items():
+                if reply.gateway_id == gateway_id:
+                    return engine_id
+        return None
+
+    async def _ack_unreported(self) -> None:
+        """Tell the engine a finished reply was heard, when the client never said."""
+        unacked, self._unacked = self._unacked, None
+        if unacked is not None:
+            engine_id, produced_ms = unacked
+            await self._handle.ack_playback(produced_ms, response_id=engine_id)
+
+    def _finish(self, reason: str) -> None:
+        if self._closed_event.is_set():
+            return
+        self._closed = True
+        self._closed_event.set()
+        self._engine._release(self._session_id)
+        self._put_nowait(port.EngineClosed(reason=reason))
+
+    def _put_nowait(self, event: port.EngineEvent) -> None:
+        # Terminal events must not wait behind a reader that is gone.
+        while True:
+            try:
+                self._events.put_nowait(event)
+                return
+            except asyncio.QueueFull:
+                self._events.get_nowait()
+
+    # -- engine events ---------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        reason = "engine_closed"
+        try:
+            async for event in self._handle.events():
+                kind = getattr(event, "type", "")
+                if kind in ("session.closed", "session.expired"):
+                    reason = str(getattr(event, "reason", None) or kind)
+                    break
+                for out in self._translate(kind, event):
+                    await self._events.put(out)
+            else:
+                reason = str(getattr(self._handle, "close_reason", None) or reason)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("event stream of vLLM-Omni session %s failed", self.engine_session_id)
+            self._put_nowait(port.EngineError(code="engine_error", message="the engine event stream failed"))
+            reason = "engine_error"
+        self._finish(reason)
+
+    def _translate(self, kind: str, event: Any) -> list[port.EngineEvent]:
+        if kind == "response.created":
+            return self._on_response_created(_response_field(event, "id"))
+        if kind == "response.output_audio.delta":
+            return self._on_audio(event)
+        if kind in ("response.output_audio_transcript.delta", "response.output_text.delta", "response.text.delta"):
+            reply = self._replies.get(str(event.response_id))
+            if reply is None or reply.dropped or not event.delta:
+                return []
+            cls = port.EngineTranscript if kind == "response.output_audio_transcript.delta" else port.EngineText
+            return [cls(response_id=reply.gateway_id, delta=str(event.delta))]
+        if kind == "response.done":
+            return self._on_response_done(event)
+        if kind == "input_audio_buffer.speech_started" and self._engine_vad:
+            return [port.EngineSpeechStarted(audio_start_ms=int(getattr(event, "audio_start_ms", 0) or 0))]
+        if kind == "input_audio_buffer.speech_stopped" and self._engine_vad:
+            return [port.EngineSpeechStopped(audio_end_ms=int(getattr(event, "audio_end_ms", 0) or 0))]
+        if kind == "conversation.item.input_audio_transcription.completed":
+            transcript = str(getattr(event, "transcript", "") or "")
+            return [port.EngineInputTranscript(item_id="", text=transcript, final=True)] if transcript else []
+        if kind == "error":
+            code = str(getattr(event, "code", "") or "engine_error")
+            message = str(getattr(event, "message", "") or "")
+            if code.startswith(_PLAYBACK_ERROR_PREFIX):
+                logger.info("vLLM-Omni session %s: %s: %s", self.engine_session_id, code, message)
+                return []
+            return [port.EngineError(code=code, message=message)]
+        return []
+
+    def _on_response_created(self, engine_id: str | None) -> list[port.EngineEvent]:
+        if not engine_id or engine_id in self._replies:
+            return []
+        gateway_id = self._pending_ids.popleft() if self._pending_ids else engine_id
+        reply = _Reply(gateway_id=gateway_id, audio=ReplyAudio(self._output_rate))
+        self._replies[engine_id] = reply
+        if gateway_id in self._cancelled_pending:
+            self._cancelled_pending.discard(gateway_id)
+            reply.dropped = True
+            asyncio.get_running_loop().create_task(self._cancel_late(engine_id))
+            return []
+        return [port.EngineResponseStarted(response_id=gateway_id)]
+
+    async def _cancel_late(self, engine_id: str) -> None:
+        try:
+            await self._handle.cancel_response(engine_id)
+        except Exception as exc:  # noqa: BLE001 - best effort: the reply is fenced either way
+            logger.info("cancelling reply %s late failed: %s", engine_id, exc)
+
+    def _on_audio(self, event: Any) -> list[port.EngineEvent]:
+        reply = self._replies.get(str(event.response_id))
+        if reply is None or reply.dropped or not event.delta:
+            return []
+        try:
+            data = base64.b64decode(str(event.delta))
+            rate_hint = getattr(event, "sample_rate_hz", None)
+            samples, rate = decode_audio(data, getattr(event, "format", None), int(rate_hint) if rate_hint else None)
+        except ValueError as exc:
+            logger.warning("vLLM-Omni session %s: undecodable audio: %s", self.engine_session_id, exc)
+            return []
+        sent = _playback_sent_ms(getattr(event, "metadata", None))
+        if sent is not None:
+            reply.engine_sent_ms = sent
+        pcm = reply.audio.convert(samples, rate or self._output_rate)
+        return [port.EngineAudio(response_id=reply.gateway_id, pcm=pcm)] if pcm else []
+
+    def _on_response_done(self, event: Any) -> list[port.EngineEvent]:
+        engine_id = _response_field(event, "id")
+        reply = self._replies.pop(engine_id, None) if engine_id else None
+        if reply is None or reply.dropped:
+            return []
+        out: list[port.EngineEvent] = []
+        status = _response_field(event, "status") or "completed"
+        if status == "completed":
+            tail = reply.audio.flush()
+            if tail:
+                out.append(port.EngineAudio(response_id=reply.gateway_id, pcm=tail))
+        if engine_id:
+            self._finished[engine_id] = reply
+            while len(self._finished) > _LEDGER_SIZE:
+                del self._finished[next(iter(self._finished))]
+            if reply.audio.samples:
+                self._unacked = (engine_id, reply.engine_ms(reply.audio.produced_ms))
+        details = getattr(event, "response", {}).get("status_details")
+        reason = details.get("reason") if isinstance(details, Mapping) else None
+        port_status = status if status in ("completed", "cancelled") else "failed"
+        out.append(
+            port.EngineResponseDone(
+                response_id=reply.gateway_id, status=port_status, reason=str(reason) if reason else None
+            )
+        )
+        return out
+
+
+def _playback_sent_ms(metadata: object) -> int | None:
+    """How much of the reply the engine's playback ledger counts as sent, from a delta's metadata."""
+    if not isinstance(metadata, Mapping):
+        return None
+    playback = metadata.get("playback")
+    value = playback.get("sent_ms") if isinstance(playback, Mapping) else metadata.get("audio_duration_ms")
+    return int(value) if isinstance(value, int | float) and value >= 0 else None
+
+
+def _response_field(event: Any, key: str) -> str | None:
+    response = getattr(event, "response", None)
+    if isinstance(response, Mapping):
+        value = response.get(key)
+        if isinstance(value, str) and value:
+            return value
+    if key == "id":
+        value = getattr(event, "response_id", None)
+        return value if isinstance(value, str) and value else None
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# The engine
+
+
+class VllmOmniEngine(port.Engine):
+    """Native duplex sessions of an in-process vLLM-Omni ``DuplexOmni``.
+
+    ``factory``: builds the ``DuplexOmni`` (a ``module:callable`` spec or a
+    callable); without one, ``DuplexOmni(model=..., deploy_config=...,
+    trust_remote_code=...)``. ``engine_vad``: open sessions with vLLM-Omni's server
+    VAD, so the engine finds turns (otherwise the gateway does and commits).
+    """
+
+    name = "vllm-omni"
+
+    def __init__(
+        self,
+        *,
+        factory: str | Callable[[], Any] | None = None,
+        model: str | None = None,
+        deploy_config: str | None = None,
+        trust_remote_code: bool = False,
+        startup_timeout_s: float = 600.0,
+        control_timeout_s: float = 10.0,
+        input_rate: int | None = None,
+        output_rate: int | None = None,
+        engine_vad: bool = False,
+        max_sessions: int | None = None,
+    ) -> None:
+        if factory is None and not model:
+            raise ValueError("the vllm-omni engine needs a model or an omni factory")
+        self._factory = factory
+        self._model = model
+        self._deploy_config = deploy_config
+        self._trust_remote_code = trust_remote_code
+        self.startup_timeout_s = startup_timeout_s
+        self.control_timeout_s = control_timeout_s
+        self._caps = port.EngineCapabilities(
+            name=self.name,
+            input_rate=input_rate or DEFAULT_INPUT_RATE,
+            output_rate=output_rate or DEFAULT_OUTPUT_RATE,
+            detects_turns=engine_vad,
+            max_sessions=max_sessions,
+        )
+        self._gateway_max_sessions = max_sessions
+        self._omni: Any = None
+        self._sessions: dict[str, VllmOmniSession] = {}
+        self._error_cls: type[BaseException] = RuntimeError
+
+    @property
+    def capabilities(self) -> port.EngineCapabilities:
+        return self._caps
+
+    @property
+    def ready(self) -> bool:
+        omni = self._omni
+        return omni is not None and not bool(getattr(omni, "errored", False))
+
+    @property
+    def active_sessions(self) -> int:
+        return len(self._sessions)
+
+    @property
+    def omni(self) -> Any:
+        """The ``DuplexOmni`` (``None`` before :meth:`start`)."""
+        return self._omni
+
+    async def start(self) -> None:
+        with keep_root_logging():
+            messages = importlib.import_module("vllm_omni.engine.duplex.messages")
+            self._error_cls = messages.DuplexSessionError
+            build = self._builder()
+            self._omni = await asyncio.wait_for(asyncio.to_thread(build), self.startup_timeout_s)
+            await self._warm_audio_encoder()
+        self._caps = self._capabilities_from(self._omni)
+        logger.info("vLLM-Omni duplex engine ready: %s", dict(self._caps.as_pairs()))
+
+    def _builder(self) -> Callable[[], Any]:
+        if callable(self._factory):
+            return self._factory
+        if isinstance(self._factory, str):
+            return load_factory(self._factory)
+        module = importlib.import_module("vllm_omni.entrypoints.duplex_omni")
+        kwargs: dict[str, Any] = {"model": self._model, "trust_remote_code": self._trust_remote_code}
+        if self._deploy_config:
+            kwargs["deploy_config"] = self._deploy_config
+        return lambda: module.DuplexOmni(**kwargs)
+
+    async def _warm_audio_encoder(self) -> None:
+        # The first encode pays about a second of lazy imports; pay it before the first caller.
+        encoding = importlib.import_module("vllm_omni.entrypoints.duplex.audio_encoding")
+        silence = np.zeros(self._caps.output_rate // 10, dtype=np.float32)
+        try:
+            await asyncio.to_thread(encoding.encode_audio, silence, self._caps.output_rate, "pcm", None)
+        except Exception as exc:  # noqa: BLE001 - warming is an optimisation only
+            logger.warning("warming the vLLM-Omni audio encoder failed: %s", exc)
+
+    def _capabilities_from(self, omni: Any) -> port.EngineCapabilities:
+        caps = self._caps
+        try:
+            duplex_caps = omni.duplex_capabilities
+            engine_max = int(omni.duplex_session_config.max_sessions)
+        except Exception as exc:  # noqa: BLE001 - a factory may hand over a partial object
+            logger.warning("vLLM-Omni did not report its duplex capabilities: %s", exc)
+            return caps
+        limit = engine_max if self._gateway_max_sessions is None else min(engine_max, self._gateway_max_sessions)
+        return replace(
+            caps,
+            barge_in=bool(getattr(duplex_caps, "supports_barge_in", caps.barge_in)),
+            max_sessions=limit,
+        )
+
+    async def open_session(self, session_id: str, config: SessionConfig) -> port.EngineSession:
+        omni = self._omni
+        if omni is None or not self.ready:
+            raise port.EngineUnavailable("the vLLM-Omni engine is not running")
+        try:
+            handle = await omni.open_session(self._session_patch(config, initial=True), timeout=self.control_timeout_s)
+        except self._error_cls as exc:
+            code = getattr(exc, "code", "")
+            if code == "resource_exhausted":
+                raise port.EngineSessionLimit(f"the vLLM-Omni engine has no room for another session ({exc})") from exc
+            raise port.EngineUnavailable(f"the vLLM-Omni engine refused the session: {code or exc}") from exc
+        except (RuntimeError, OSError, ValueError) as exc:
+            raise port.EngineUnavailable(f"the vLLM-Omni engine cannot open a session: {exc}") from exc
+        session = VllmOmniSession(self, session_id, handle, config)
+        self._sessions[session_id] = session
+        return session
+
+    def _session_patch(self, config: SessionConfig, *, initial: bool) -> dict[str, object]:
+        """The Realtime ``session`` object the engine session is opened / updated with."""
+        patch: dict[str, object] = {
+            "modalities": ["text", "audio"] if Modality.AUDIO in config.output_modalities else ["text"],
+            "instructions": config.instructions or None,
+            "output_audio_format": "pcm16",
+            "speed": config.speed,
+        }
+        if initial:
+            patch["type"] = "realtime"
+            patch["input_audio_format"] = "pcm16"
+        if config.voice and config.voice != "default":
+            patch["voice"] = config.voice
+        td = config.turn_detection
+        if self._caps.detects_turns and td is not None:
+            patch["turn_detection"] = {
+                "type": "server_vad",
+                "threshold": td.threshold,
+                "prefix_padding_ms": td.prefix_padding_ms,
+                "silence_duration_ms": td.silence_duration_ms,
+                "create_response": td.create_response,
+                "interrupt_response": td.interrupt_response,
+            }
+        elif initial or not self._caps.detects_turns:
+            patch["turn_detection"] = None
+        return patch
+
+    def _release(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    async def shutdown(self) -> None:
+        for session in list(self._sessions.values()):
+            with contextlib.suppress(Exception):
+                await session.close("shutdown")
+        omni, self._omni = self._omni, None
+        if omni is None:
+            return
+        # The output pump is a task on this loop: stop it here, then join the engine off the loop.
+        task = getattr(omni, "final_output_task", None)
+        if task is not None:
+            task.cancel()
+            omni.final_output_task = None
+        try:
+            await asyncio.wait_for(asyncio.to_thread(omni.shutdown), self.control_timeout_s)
+        except TimeoutError:
+            logger.warning("vLLM-Omni did not shut down within %.0f s", self.control_timeout_s)

@@ -1,0 +1,64 @@
+"""The in-process vLLM-Omni engines against a REAL gateway process, under ``.venv-omni``.
+
+The gateway runs ``--engine vllm-omni`` / ``vllm-omni-stream`` with
+``--omni-factory tests.omni.fake_stage:...``: vLLM-Omni's real stack with a fake
+model stage (see :mod:`tests.omni.fake_stage`). The e2e fixtures are reused as they
+are (:mod:`tests.e2e.conftest`), including the check that no gateway logs a
+traceback. Test modules skip themselves where vLLM-Omni is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e import helpers
+from tests.e2e.conftest import (  # noqa: F401 - fixtures, registered by import
+    _no_traceback_in_gateway_logs,
+    gateway_factory,
+    module_gateway_factory,
+)
+from tests.e2e.helpers import Gateway, GatewayFactory
+
+#: Starting vLLM-Omni (imports, orchestrator thread) takes ≈15 s on two cores.
+OMNI_READY_TIMEOUT_S = 180.0
+#: Chunks each fake answer is split into, and the pause between two of them.
+CHUNKS = 8
+CHUNK_DELAY_MS = 60
+
+
+def start_omni_gateway(
+    factory: GatewayFactory,
+    *,
+    engine: str,
+    omni_factory: str,
+    calls: Path,
+    name: str,
+    config: dict[str, Any] | None = None,
+) -> Gateway:
+    """``serve --engine ENGINE --omni-factory OMNI_FACTORY``, the fake stage logging to ``calls``."""
+    settings: dict[str, Any] = {"server": {"web_demo": False}, "engine": {"name": engine}}
+    for key, value in (config or {}).items():
+        settings[key] = {**settings.get(key, {}), **value}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FAKE_OMNI_CALL_LOG", str(calls))
+        mp.setenv("FAKE_OMNI_CHUNKS", str(CHUNKS))
+        mp.setenv("FAKE_OMNI_CHUNK_DELAY_MS", str(CHUNK_DELAY_MS))
+        mp.setattr(helpers, "READY_TIMEOUT_S", OMNI_READY_TIMEOUT_S)
+        return factory.start(settings, args=["--engine", engine, "--omni-factory", omni_factory], name=name)
+
+
+def read_calls(path: Path) -> list[dict[str, Any]]:
+    """The engine-side calls the fake stage recorded (see ``FAKE_OMNI_CALL_LOG``)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def calls_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield tmp_path_factory.mktemp("omni-calls") / "calls.jsonl"

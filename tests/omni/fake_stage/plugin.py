@@ -1,0 +1,291 @@
+"""The fake echo model's duplex plugin: a turn-commit model, one stage request per turn.
+
+Shaped like vLLM-Omni's own turn-commit plugins: caller audio is buffered on
+append (16 kHz float PCM, as the session runner normalizes it), a commit hands the
+whole turn to Stage 0 as one non-resumable request, and the data plane projects
+each Stage 0 output (an audio chunk plus its transcript text) into one
+``response.output_audio.delta``. Everything around it -- the session manager and
+runner, the orchestrator, the output processor -- is vLLM-Omni's real code.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pybase64 as base64
+import torch
+from vllm.sampling_params import RequestOutputKind
+from vllm_omni.engine.duplex.config import DuplexCapabilities
+from vllm_omni.engine.duplex.contracts import DuplexAppendPlan, duplex_resource_request_belongs_to_session
+from vllm_omni.engine.duplex.plugin import (
+    DefaultDuplexModelSessionState,
+    DuplexDataPlane,
+    DuplexModelPlugin,
+    DuplexRuntimeConfigError,
+    PcmAppendBuffer,
+    PcmAppendReservation,
+)
+
+#: Where the committed turn's audio rides to the stage (see ``stage.py``).
+AUDIO_KEY = "fake_echo_audio"
+RATE_KEY = "fake_echo_sample_rate"
+INPUT_RATE = 16_000
+
+
+@dataclass
+class _Reservation(PcmAppendReservation):
+    owner: EchoPcmBuffer
+    operation_id: str
+    payload: dict[str, object] | None
+    raw: bytes
+    _active: bool = True
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    @property
+    def byte_count(self) -> int:
+        return len(self.raw)
+
+    def commit(self) -> None:
+        if self._active:
+            self._active = False
+            self.owner.reservations.remove(self)
+
+    def rollback(self) -> None:
+        if self._active:
+            self.owner.buffer[:0] = self.raw
+            self.commit()
+
+
+@dataclass
+class EchoPcmBuffer(PcmAppendBuffer):
+    """Collects a turn's 16 kHz float PCM; inference starts on commit only."""
+
+    buffer: bytearray = field(default_factory=bytearray)
+    reservations: list[_Reservation] = field(default_factory=list)
+
+    @property
+    def pending_byte_count(self) -> int:
+        return len(self.buffer)
+
+    def clear(self) -> None:
+        for reservation in self.reservations:
+            reservation._active = False
+        self.reservations.clear()
+        self.buffer.clear()
+
+    def clear_force_listen(self) -> None:
+        return None
+
+    def has_pending(self) -> bool:
+        return bool(self.buffer)
+
+    def has_reserved(self) -> bool:
+        return bool(self.reservations)
+
+    def prepare_append(
+        self, payload: dict[str, object], *, operation_id: str, chunk_period_ms: int, allow_emit: bool
+    ) -> PcmAppendReservation | None:
+        if payload.get("format") != "pcm_f32le" or payload.get("sample_rate_hz") != INPUT_RATE:
+            raise ValueError("the fake echo model takes normalized 16 kHz pcm_f32le")
+        raw = base64.b64decode(str(payload.get("audio", "")), validate=True)
+        if len(raw) % 4:
+            raise ValueError("float32 PCM length is not a multiple of 4")
+        self.buffer.extend(raw)
+        return None
+
+    def prepare_commit(self, *, operation_id: str, chunk_period_ms: int) -> PcmAppendReservation:
+        raw = bytes(self.buffer)
+        payload: dict[str, object] | None = (
+            {
+                "audio": base64.b64encode(raw).decode(),
+                "format": "pcm_f32le",
+                "sample_rate_hz": INPUT_RATE,
+                "is_speech": True,
+            }
+            if raw
+            else None
+        )
+        self.buffer.clear()
+        reservation = _Reservation(self, operation_id, payload, raw)
+        self.reservations.append(reservation)
+        return reservation
+
+    def flush(self, *, chunk_period_ms: int) -> dict[str, object] | None:
+        reservation = self.prepare_commit(operation_id="flush", chunk_period_ms=chunk_period_ms)
+        reservation.commit()
+        return reservation.payload
+
+
+class EchoDataPlane(DuplexDataPlane):
+    """Stage 0 output -> one audio-delta projection per chunk."""
+
+    def __init__(self, encode_audio: Any) -> None:
+        self.encode_audio = encode_audio
+        self.terminal: set[str] = set()
+
+    def begin_request(self, request_id: str) -> None:
+        self.terminal.discard(request_id)
+
+    def is_terminal(self, request_id: str | None) -> bool:
+        return request_id in self.terminal
+
+    def mark_terminal(self, request_id: str) -> None:
+        self.terminal.add(request_id)
+
+    def close_stream(self, request_id: str) -> None:
+        return None
+
+    def close_session(self, session_id: str, *, active_request_id: str | None = None) -> None:
+        self.terminal = {
+            rid for rid in self.terminal if not duplex_resource_request_belongs_to_session(rid, session_id)
+        }
+
+    def project(self, result: object, *, context: object | None = None) -> Iterable[dict[str, object]]:
+        if not isinstance(result, dict):
+            return
+        ctx: Mapping[str, Any] = context if isinstance(context, Mapping) else {}
+        response_format = str(ctx.get("response_format") or "pcm")
+        for output in result.get("data_plane_outputs", []):
+            rid = output.request_id
+            if self.is_terminal(rid):
+                continue
+            completion = next(iter(getattr(output, "outputs", ()) or ()), None)
+            text = getattr(completion, "text", "") or ""
+            mm = getattr(output, "multimodal_output", None)
+            if not isinstance(mm, Mapping) or "audio" not in mm:
+                mm = getattr(completion, "multimodal_output", None) or {}
+            rate = _last_int(mm.get("sr"), 24_000)
+            audio = mm.get("audio")
+            encoded = ""
+            duration_ms = 0.0
+            if audio is not None and "audio" in ctx.get("modalities", ("audio",)):
+                samples = _mono(audio)
+                duration_ms = samples.size * 1000.0 / rate
+                if samples.size:
+                    encoded = self.encode_audio(samples, rate, response_format, ctx.get("speed")) or ""
+            finished = bool(getattr(output, "finished", False))
+            turn_id = ctx.get("active_response_turn_id")
+            yield {
+                "supported": True,
+                "data_plane_request_id": rid,
+                "text": text,
+                "audio_data": encoded,
+                "audio_format": response_format,
+                "audio_duration_ms": duration_ms,
+                "sample_rate_hz": rate,
+                "audio_complete": finished,
+                "end_of_turn": finished,
+                "model_turn_id": turn_id if turn_id is not None else ctx.get("turn_id", 0),
+                "runtime_impl": "fake_echo_commit",
+            }
+
+
+def _mono(audio: object) -> np.ndarray:
+    chunks = audio if isinstance(audio, list | tuple) else [audio]
+    arrays = [
+        np.asarray(c.detach().float().cpu().numpy() if isinstance(c, torch.Tensor) else c, dtype=np.float32).reshape(-1)
+        for c in chunks
+    ]
+    return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.float32)
+
+
+def _last_int(value: object, default: int) -> int:
+    if isinstance(value, torch.Tensor):
+        return int(value.reshape(-1)[-1].item()) if value.numel() else default
+    if isinstance(value, list | tuple):
+        return _last_int(value[-1], default) if value else default
+    if isinstance(value, int | float) and value > 0:
+        return int(value)
+    return default
+
+
+class FakeEchoDuplexPlugin(DuplexModelPlugin):
+    """Turn-commit duplex plugin of the fake echo model."""
+
+    plugin_id = "fake-echo"
+
+    def __init__(self, encode_audio: Any) -> None:
+        self.data_plane = EchoDataPlane(encode_audio)
+
+    def capabilities(self, *, max_sessions: int) -> DuplexCapabilities:
+        return DuplexCapabilities(
+            supports_model_native_turn_policy=False,
+            supports_input_append=True,
+            supports_barge_in=True,
+            supports_replace_latest_chunk=False,
+            supports_turn_commit_only=True,
+            supports_core_resumable_request=False,
+            supports_independent_io_streams=True,
+            supports_realtime_endpoint=True,
+            supports_multi_session=max_sessions > 1,
+            supports_multi_session_same_replica=max_sessions > 1,
+            supports_session_lease=True,
+            supports_session_resume=True,
+            session_admission_mode="engine_managed",
+            supports_audio_truncate=True,
+            supports_text_only_turn=False,
+            adapter_patterns=["turn_commit"],
+            signal_sources=["client_event", "server_policy"],
+            stage_handoff_transport="scheduler_data_plane",
+            target_barge_in_latency_ms=None,
+        )
+
+    def create_session_state(self) -> DefaultDuplexModelSessionState:
+        return DefaultDuplexModelSessionState(audio_buffer=EchoPcmBuffer())
+
+    def validate_client_extra_body(self, extra_body: object) -> None:
+        if isinstance(extra_body, Mapping) and extra_body.get("auto_response"):
+            raise DuplexRuntimeConfigError("the fake echo model answers committed turns only")
+
+    async def prepare_runtime_config(self, config: Any, *, model_config: Any) -> dict[str, object]:
+        return self.runtime_config_for_update(config, {})
+
+    def runtime_config_for_update(self, config: Any, current: Mapping[str, object]) -> dict[str, object]:
+        self.validate_client_extra_body(config.extra_body)
+        return {"instructions": config.instructions}
+
+    def configure_sampling_params(
+        self, *, runtime_config: dict[str, object], defaults: tuple[object, ...]
+    ) -> tuple[object, ...]:
+        params = copy.deepcopy(defaults)
+        for value in params:
+            if value is not None:
+                value.output_kind = RequestOutputKind.DELTA  # type: ignore[attr-defined]
+        return params
+
+    def plan_append(
+        self,
+        *,
+        request_id: str,
+        fence: object,
+        session_config: dict[str, object],
+        runtime_config: dict[str, object],
+        seq: int,
+        turn_seq: int,
+        payload: object,
+        final: bool,
+        sampling_params: object,
+    ) -> DuplexAppendPlan:
+        if not final or not isinstance(payload, dict) or not payload.get("audio"):
+            raise DuplexRuntimeConfigError("the fake echo model needs a committed audio turn")
+        raw = base64.b64decode(str(payload["audio"]), validate=True)
+        audio = torch.from_numpy(np.frombuffer(raw, dtype="<f4").copy())
+        # The turn's audio rides in the runner-owned buffer, as a model runner's inputs would.
+        prompt = {
+            "prompt_token_ids": [0],
+            "model_intermediate_buffer": {AUDIO_KEY: audio, RATE_KEY: int(payload.get("sample_rate_hz") or INPUT_RATE)},
+        }
+        return DuplexAppendPlan(prompt=prompt)
+
+    def decide_output(self, **kwargs: Any) -> None:
+        return None
+
+    def data_plane_context(self, **kwargs: Any) -> dict[str, Any]:
+        return kwargs

@@ -1,0 +1,230 @@
+"""Engine ``vllm-omni-stream``: turn-based streaming input on a real ``AsyncOmni``, behind a real gateway.
+
+The gateway process runs ``serve --engine vllm-omni-stream --omni-factory
+tests.omni.fake_stage:async_omni``; the fake stage records every engine-side call
+(``FAKE_OMNI_CALL_LOG``), so the tests check the request protocol the engine was
+driven with: ``add_request(resumable=True)`` -> ``add_streaming_update(resumable=True)*``
+-> ``add_streaming_update(TokensPrompt([0]), resumable=False)``, one engine chunk per
+audio delta, and ``abort_async`` acknowledged on barge-in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm_omni")
+
+from openai import AsyncOpenAI
+
+from tests.e2e.helpers import (
+    EventLog,
+    Gateway,
+    GatewayFactory,
+    b64,
+    load_speech,
+    send_json,
+    speech_turn,
+    stream_audio,
+    ws_connect,
+)
+from tests.omni.conftest import CHUNK_DELAY_MS, CHUNKS, read_calls, start_omni_gateway
+
+pytestmark = pytest.mark.e2e
+
+TURN_S = 1.5
+FRAME = 4800  # 100 ms of 24 kHz PCM16
+
+
+@pytest.fixture(scope="module")
+def gateway(module_gateway_factory: GatewayFactory, calls_path: Path) -> Gateway:
+    return start_omni_gateway(
+        module_gateway_factory,
+        engine="vllm-omni-stream",
+        omni_factory="tests.omni.fake_stage:async_omni",
+        calls=calls_path,
+        name="vllm-omni-stream",
+        config={"limits": {"input_rate_factor": 50, "input_burst_ms": 60_000}},
+    )
+
+
+class TimedLog(EventLog):
+    """An :class:`EventLog` that also notes when each event arrived (``time.monotonic``).
+
+    The fake stage stamps its calls with the same system-wide monotonic clock.
+    """
+
+    def __init__(self, recv: Callable[[], Awaitable[str | bytes]]) -> None:
+        self.received: list[float] = []
+
+        async def timed() -> str | bytes:
+            message = await recv()
+            self.received.append(time.monotonic())
+            return message
+
+        super().__init__(timed)
+
+
+@contextlib.asynccontextmanager
+async def manual_session(gw: Gateway) -> AsyncIterator[tuple[Any, TimedLog]]:
+    """A ``/v1/realtime`` session with turn detection off: the client commits its turns."""
+    async with ws_connect(gw) as ws:
+        log = TimedLog(ws.recv)
+        try:
+            await log.wait_for("session.created", 10)
+            await send_json(
+                ws, {"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}}}
+            )
+            await log.wait_for("session.updated", 5)
+            yield ws, log
+        finally:
+            await log.aclose()
+
+
+async def turn(ws: Any, log: EventLog) -> tuple[int, str]:
+    """Append a turn, commit it, ask for a reply: (index of response.created, response id)."""
+    speech = load_speech()[int(0.5 * 24000) * 2 :][: int(TURN_S * 24000) * 2]
+    start = len(log.events)
+    for offset in range(0, len(speech), FRAME):
+        await send_json(ws, {"type": "input_audio_buffer.append", "audio": b64(speech[offset : offset + FRAME])})
+    await send_json(ws, {"type": "input_audio_buffer.commit"})
+    index, _ = await log.wait_for("input_audio_buffer.committed", 5, start=start)
+    await send_json(ws, {"type": "response.create"})
+    index, created = await log.wait_for("response.created", 5, start=index)
+    return index, created["response"]["id"]
+
+
+def requests_of(calls: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Engine-level calls per request id, in order."""
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for call in calls:
+        if call["call"] in ("add_request", "add_streaming_update", "abort_async", "abort_async.result"):
+            for rid in call.get("request_ids") or [call.get("request_id")]:
+                by_id.setdefault(rid, []).append(call)
+    return by_id
+
+
+async def test_turns_stream_as_resumable_requests_and_barge_in_aborts(gateway: Gateway, calls_path: Path) -> None:
+    before = len(read_calls(calls_path))
+    async with manual_session(gateway) as (ws, log):
+        # -- one turn: streamed in, answered chunk by chunk
+        i_created, rid = await turn(ws, log)
+        i_done, done = await log.wait_for(
+            lambda e: e["type"] == "response.done" and e["response"]["id"] == rid, 10, start=i_created
+        )
+        assert done["response"]["status"] == "completed", done
+        deltas = [e for e in log.events[i_created:i_done] if e["type"] == "response.output_audio.delta"]
+        transcript = "".join(
+            e["delta"] for e in log.events[i_created:i_done] if e["type"] == "response.output_audio_transcript.delta"
+        )
+        assert transcript == f"(echo of {TURN_S:.1f} s of your audio)", transcript
+        echoed = sum(len(base64.b64decode(e["delta"])) for e in deltas) / 2 / 24_000
+        assert abs(echoed - TURN_S) < 0.05, echoed
+
+        calls = read_calls(calls_path)[before:]
+        chunks = [c for c in calls if c["call"] == "stage.chunk"]
+        assert len(chunks) == CHUNKS
+        # Each engine chunk is its own audio delta, the same size, in the same order.
+        assert [len(base64.b64decode(e["delta"])) // 2 for e in deltas] == [c["samples"] for c in chunks]
+        # ... and each was forwarded as it came: the first reached the client before the
+        # stage had produced the last (chunks are CHUNK_DELAY_MS apart), each one before
+        # the stage produced the one after next.
+        arrivals = [log.received[log.events.index(e)] for e in deltas]
+        produced = [c["t"] for c in chunks]
+        assert arrivals[0] < produced[-1], (arrivals, produced)
+        assert all(arrivals[i] < produced[i + 2] for i in range(CHUNKS - 2)), (arrivals, produced)
+
+        # The request protocol: add_request(resumable) -> updates(resumable) -> end marker.
+        (request_id,) = {c["request_id"] for c in chunks}
+        sequence = requests_of(calls)[request_id]
+        kinds = [(c["call"], c["resumable"], c["prompt"]) for c in sequence]
+        assert kinds[0] == ("add_request", True, "audio"), kinds
+        assert kinds[-1] == ("add_streaming_update", False, "tokens"), kinds
+        assert sequence[-1]["token_ids"] == [0]
+        assert all(k == ("add_streaming_update", True, "audio") for k in kinds[1:-1]), kinds
+        assert len(kinds) >= 3, kinds
+        # The turn's audio, at the engine's 16 kHz (the gateway's 24 -> 16 kHz resampler may
+        # still hold its last few tens of ms at the commit).
+        sent = sum(c["samples"] for c in sequence[:-1])
+        assert int((TURN_S - 0.05) * 16_000) <= sent <= int(TURN_S * 16_000), sent
+
+        # -- barge-in while the next reply plays: aborted in the engine, acknowledged, fenced
+        mark = len(read_calls(calls_path))
+        i_created, rid = await turn(ws, log)
+        await log.wait_for(
+            lambda e: e["type"] == "response.output_audio.delta" and e["response_id"] == rid, 5, start=i_created
+        )
+        await send_json(ws, {"type": "barge_in"})
+        i_done, done = await log.wait_for(
+            lambda e: e["type"] == "response.done" and e["response"]["id"] == rid, 5, start=i_created
+        )
+        assert done["response"]["status"] == "cancelled", done
+        await asyncio.sleep(CHUNKS * CHUNK_DELAY_MS / 1000 + 0.3)
+        late = [e["type"] for e in log.events[i_done + 1 :] if e.get("response_id") == rid]
+        assert not late, f"events of the barged-in response after its response.done: {late}"
+        calls = read_calls(calls_path)[mark:]
+        aborts = [c for c in calls if c["call"] == "abort_async"]
+        results = [c for c in calls if c["call"] == "abort_async.result"]
+        assert len(aborts) == 1 and len(results) == 1, calls
+        assert results[0]["ok"] is True and results[0]["request_ids"] == aborts[0]["request_ids"]
+        (aborted,) = aborts[0]["request_ids"]
+        stage_chunks = [c for c in calls if c["call"] == "stage.chunk" and c["request_id"] == aborted]
+        assert 0 < len(stage_chunks) < CHUNKS, "the reply was stopped in the stage, mid-way"
+        assert [c for c in calls if c["call"] == "stage.abort" and aborted in c["request_ids"]]
+
+        # -- a cancel works the same, and the session still answers afterwards
+        i_created, rid = await turn(ws, log)
+        await log.wait_for(
+            lambda e: e["type"] == "response.output_audio.delta" and e["response_id"] == rid, 5, start=i_created
+        )
+        await send_json(ws, {"type": "response.cancel"})
+        await log.wait_for(lambda e: e["type"] == "response.done" and e["response"]["id"] == rid, 5, start=i_created)
+        i_created, rid = await turn(ws, log)
+        _, done = await log.wait_for(
+            lambda e: e["type"] == "response.done" and e["response"]["id"] == rid, 10, start=i_created
+        )
+        assert done["response"]["status"] == "completed"
+        assert not [e for e in log.events if e["type"] == "error"], [e for e in log.events if e["type"] == "error"]
+    body = await gateway.wait_sessions(0)
+    assert body["status"] == "ready"
+
+
+async def test_openai_sdk_server_vad_turn(gateway: Gateway, calls_path: Path) -> None:
+    """The gateway's VAD finds the turn's end; the engine gets it as one streamed request."""
+    before = len(read_calls(calls_path))
+    client = AsyncOpenAI(api_key="test", websocket_base_url=f"ws://127.0.0.1:{gateway.port}/v1")
+    async with client.realtime.connect(model="gpt-realtime") as conn:
+        log = EventLog(conn.recv_bytes)
+        try:
+            await log.wait_for("session.created", 10)
+            await conn.session.update(
+                session={
+                    "type": "realtime",
+                    "audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 400}}},
+                }
+            )
+            await log.wait_for("session.updated", 5)
+            await stream_audio(conn, speech_turn(before_ms=400, after_ms=900), speed=1.4, lead_ms=1500, timeout=30)
+            i_created, created = await log.wait_for("response.created", 10)
+            rid = created["response"]["id"]
+            i_done, done = await log.wait_for(
+                lambda e: e["type"] == "response.done" and e["response"]["id"] == rid, 15, start=i_created
+            )
+            assert done["response"]["status"] == "completed"
+            audio = [e for e in log.events[i_created:i_done] if e["type"] == "response.output_audio.delta"]
+            assert len(audio) == CHUNKS
+        finally:
+            await log.aclose()
+    await client.close()
+    await gateway.wait_sessions(0)
+    calls = read_calls(calls_path)[before:]
+    assert [c["call"] for c in calls if c["call"].startswith("add_")][-1] == "add_streaming_update"
+    assert json.dumps(calls)  # recorded calls are plain JSON
