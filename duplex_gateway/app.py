@@ -83,6 +83,7 @@ class _Gateway:
             "status": "ready" if ready else "not_ready",
             "engine": self.engine.capabilities.name,
             "sessions": self.registry.count,
+            "engine_sessions": self.engine.active_sessions,
             "max_sessions": self.registry.max_sessions,
         }
         return JSONResponse(body, status_code=200 if ready else 503)

@@ -58,7 +58,11 @@ class InputAudioAppend(Command):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InputAudioCommit(Command):
+    """End the caller's turn. ``create_response`` (vLLM-Omni's ``response_create``) asks for a
+    reply right away; ``None`` leaves it to the turn-detection settings."""
+
     type: ClassVar[str] = "input_audio_buffer.commit"
+    create_response: bool | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

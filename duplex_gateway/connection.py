@@ -488,7 +488,7 @@ class Connection:
         if isinstance(call, AppendAudio):
             action = engine_session.append_audio(call.pcm)
         elif isinstance(call, CommitInput):
-            action = engine_session.commit(item_id=call.item_id, create_response=call.create_response)
+            action = self._commit(engine_session, call)
         elif isinstance(call, ClearInput):
             action = engine_session.clear_input()
         elif isinstance(call, CallerPaused):
@@ -512,6 +512,13 @@ class Connection:
         except Exception as exc:
             logger.exception("engine call %s failed in session %s", type(call).__name__, self.session_id)
             await self._emit(ev.ErrorEvent(code=ErrorCode.ENGINE_ERROR, message=f"the engine failed: {type(exc).__name__}"))
+
+    async def _commit(self, engine_session: port.EngineSession, call: CommitInput) -> None:
+        # The resampler holds back the last few ms of the turn; they belong to it.
+        tail = self._input.flush() if self._input is not None else b""
+        if tail:
+            await engine_session.append_audio(tail)
+        await engine_session.commit(item_id=call.item_id, create_response=call.create_response)
 
     # -- the send side ------------------------------------------------------------------------
 

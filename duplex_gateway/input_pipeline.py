@@ -55,3 +55,7 @@ class InputPipeline:
             (int(origin + window.end_ms), window.probability) for window in self._vad_stream.process(feed)
         )
         return ProcessedInput(pcm, self.position_ms - before, windows)
+
+    def flush(self) -> bytes:
+        """End of a turn: the engine-rate audio the resampler still holds (its filter delay)."""
+        return self._converter.flush()

@@ -343,7 +343,16 @@ class Session:
     def _on_commit(self, command: cmd.InputAudioCommit, now: float) -> list[Output]:
         if self._buffered_ms <= 0.0:
             raise ProtocolError(ErrorCode.INPUT_AUDIO_BUFFER_EMPTY, "the input audio buffer is empty")
-        create = self.gateway_vad and self._turn_detection_creates_response()
+        if command.create_response is None:
+            create = self.gateway_vad and self._turn_detection_creates_response()
+        elif command.create_response and self.response_active:
+            raise ProtocolError(
+                ErrorCode.RESPONSE_ALREADY_ACTIVE,
+                f"response {self._active_id()} is still in progress; cancel it first",
+                param="response_create",
+            )
+        else:
+            create = command.create_response
         return self._commit_turn(create_response=create)
 
     def _on_clear(self, command: cmd.InputAudioClear, now: float) -> list[Output]:

@@ -144,6 +144,17 @@ def test_manual_commit_and_empty_commit() -> None:
     assert out[1].item_id == commit.item_id  # type: ignore[union-attr]
 
 
+def test_commit_may_ask_for_the_reply_itself() -> None:
+    s = make()
+    s.input_processed(pcm(200), 200.0)
+    out = s.receive(cmd.InputAudioCommit(create_response=True), now=0)
+    assert isinstance(out[0], CommitInput) and out[0].create_response is True
+    start_response(s)
+    s.input_processed(pcm(200), 200.0)
+    out = s.receive(cmd.InputAudioCommit(create_response=True, event_id="c2"), now=0)
+    assert out[0].code is ErrorCode.RESPONSE_ALREADY_ACTIVE and out[0].event_id == "c2"  # type: ignore[union-attr]
+
+
 def test_clear_drops_buffer() -> None:
     s = make()
     s.input_processed(pcm(200), 200.0)

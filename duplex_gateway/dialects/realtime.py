@@ -40,6 +40,7 @@ from duplex_gateway.commands import (
     SessionUpdate,
 )
 from duplex_gateway.dialects.realtime_session import (
+    as_bool,
     as_int,
     as_ms,
     as_object,
@@ -266,6 +267,14 @@ def _session_close(data: Mapping[str, object], event_id: str | None) -> Command:
     )
 
 
+def _commit(data: Mapping[str, object], event_id: str | None) -> Command:
+    # vLLM-Omni's DuplexClient may ask for the reply on the commit itself.
+    value = get_field(data, "response_create", "", required=False)
+    if is_missing(value) or value is None:
+        return InputAudioCommit(event_id=event_id)
+    return InputAudioCommit(event_id=event_id, create_response=as_bool(value, "response_create"))
+
+
 def _event_ack(data: Mapping[str, object], event_id: str | None) -> Command:
     seq = as_int(get_field(data, "server_event_seq", "", required=True), "server_event_seq", minimum=0)
     return SessionEventAck(event_id=event_id, server_event_seq=seq)
@@ -291,7 +300,7 @@ def _bare(cls: type[Command]) -> _Parser:
 _PARSERS: dict[str, _Parser] = {
     "session.update": _session_update,
     "input_audio_buffer.append": _append,
-    "input_audio_buffer.commit": _bare(InputAudioCommit),
+    "input_audio_buffer.commit": _commit,
     "input_audio_buffer.clear": _bare(InputAudioClear),
     "response.create": _response_create,
     "response.cancel": _response_cancel,

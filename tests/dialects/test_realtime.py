@@ -469,7 +469,12 @@ def test_append_missing_audio() -> None:
     ("event", "expected"),
     [
         ({"type": "input_audio_buffer.commit"}, InputAudioCommit()),
-        ({"type": "input_audio_buffer.commit", "final": True, "response_create": False}, InputAudioCommit()),
+        (
+            {"type": "input_audio_buffer.commit", "final": True, "response_create": False},
+            InputAudioCommit(create_response=False),
+        ),
+        ({"type": "input_audio_buffer.commit", "response_create": True}, InputAudioCommit(create_response=True)),
+        ({"type": "input_audio_buffer.commit", "response_create": None}, InputAudioCommit()),
         ({"type": "input_audio_buffer.clear", "event_id": "c"}, InputAudioClear(event_id="c")),
         ({"type": "output_audio_buffer.clear"}, OutputAudioClear()),
         ({"type": "barge_in", "event_id": "b"}, BargeIn(event_id="b")),

@@ -958,7 +958,8 @@ async def test_api_key_auth(gateway_factory: GatewayFactory) -> None:
     await client.close()
     await gw.wait_sessions(0)
     # Refused connections never counted.
-    assert gw.readyz()["sessions"] == 0
+    body = gw.readyz()
+    assert body["sessions"] == 0 and body["engine_sessions"] == 0
 
 
 async def test_shutdown_closes_sessions_with_1001(gateway_factory: GatewayFactory) -> None:
