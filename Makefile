@@ -29,10 +29,13 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
 run: $(VENV)/.installed-run
 	$(BIN)/duplex-gateway serve --config $(CONFIG) --host $(HOST) --port $(PORT)
 
-test: $(VENV)/.installed-test
+# The main suite, then the vLLM-Omni engines against the real vLLM-Omni code in its own
+# virtualenv (built once; later runs reuse it).
+test: $(VENV)/.installed-test $(OMNI_VENV)/.installed-gateway
 	$(BIN)/ruff check duplex_gateway tests
 	$(BIN)/mypy duplex_gateway
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+	HF_HUB_OFFLINE=1 $(OMNI_BIN)/python -m pytest tests/omni
 
 clean:
 	rm -rf $(VENV)
