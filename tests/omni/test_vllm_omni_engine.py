@@ -78,9 +78,8 @@ class Duplex:
     async def turn(self, pcm: bytes) -> ResponseHandle:
         """Send one committed caller turn and ask for a reply; its response handle."""
         await self.client.stream_pcm(pcm, chunk_ms=100, realtime=False)
+        # The commit's response_create asks the gateway for the reply.
         await self.client.commit(create_response=True)
-        # The gateway answers a commit only where its turn detection does; ask explicitly.
-        await self.client.send({"type": "response.create"})
         return await asyncio.wait_for(anext(self._responses), 10)
 
     async def wait_done(self, response_id: str, timeout: float = 10) -> dict[str, Any]:
