@@ -176,6 +176,10 @@ def create_app(settings: GatewaySettings, engine: port.Engine) -> Starlette:
         WebSocketRoute("/v1/realtime", gateway.realtime),
         WebSocketRoute("/v1/duplex", gateway.duplex),
     ]
+    admin_routes = getattr(engine, "admin_routes", None)
+    if callable(admin_routes):
+        # Engines may serve admin endpoints (engine remote: /admin/backends), guarded by auth.api_keys.
+        routes.extend(admin_routes(settings.auth.api_keys))
     if settings.server.web_demo and WEB_DEMO_DIR.is_dir():
         routes.append(Mount("/", app=StaticFiles(directory=WEB_DEMO_DIR, html=True), name="web_demo"))
     app = Starlette(routes=routes, lifespan=gateway.lifespan)

@@ -28,6 +28,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODULE:CALLABLE",
         help="callable returning the DuplexOmni / AsyncOmni to serve, overriding engine.vllm_omni.omni_factory",
     )
+    serve.add_argument(
+        "--backend",
+        action="append",
+        metavar="WS_URL",
+        help="engine remote: a vLLM-Omni server ws://host:port (repeat for a pool), "
+        "overriding engine.remote.backends",
+    )
     talk = commands.add_parser("call", help="stream a WAV file to a gateway and save the spoken reply")
     talk.add_argument("wav", help="caller audio: a WAV file (any rate; mono or stereo)")
     talk.add_argument("--url", default="ws://127.0.0.1:8000/v1/realtime", help="gateway WebSocket URL")
@@ -74,6 +81,7 @@ def _serve(args: argparse.Namespace) -> int:
                 "engine.vllm_omni.model": args.model,
                 "engine.vllm_omni.deploy_config": args.deploy_config,
                 "engine.vllm_omni.omni_factory": args.omni_factory,
+                "engine.remote.backends": [{"url": url} for url in args.backend] if args.backend else None,
             },
         )
         engine = build_engine(settings)

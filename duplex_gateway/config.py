@@ -23,6 +23,8 @@ __all__ = [
     "EngineSettings",
     "GatewaySettings",
     "LimitSettings",
+    "RemoteBackendSettings",
+    "RemoteSettings",
     "ServerSettings",
     "SessionDefaults",
     "VllmOmniSettings",
@@ -136,11 +138,55 @@ class VllmOmniSettings(_Section):
     prompt: str = ""
 
 
+# -- engine "remote" (a pool of vLLM-Omni servers) --------------------------------------
+
+
+class RemoteBackendSettings(_Section):
+    """One backend of the ``remote`` engine: a vLLM-Omni server's ``/v1/realtime?duplex=1``."""
+
+    #: ``ws://host:port`` (or ``wss://``); the duplex endpoint is ``/v1/realtime?duplex=1`` unless a path is given.
+    url: str = Field(pattern=r"^wss?://[^\s/]+(/\S*)?$")
+    #: Sessions this backend may hold (vLLM-Omni's ``duplex_session.max_sessions``).
+    max_sessions: int = Field(4, ge=1, le=10_000)
+    #: ``GET`` path probed for health; null: ``engine.remote.health_path``; "": a TCP connect is the probe.
+    health_path: str | None = None
+    #: Sent as ``Authorization: Bearer`` to the backend (vLLM's ``--api-key``).
+    api_key: str | None = None
+
+
+class RemoteSettings(_Section):
+    """The ``remote`` engine: sessions spread over a pool of vLLM-Omni duplex servers."""
+
+    backends: tuple[RemoteBackendSettings, ...] = ()
+    #: Health path of backends that name none (vLLM serves ``GET /health``); null: a TCP connect is the probe.
+    health_path: str | None = "/health"
+    #: Seconds between two health probes of each backend, and how long one may take.
+    health_interval_s: float = Field(2.0, gt=0)
+    health_timeout_s: float = Field(2.0, gt=0)
+    #: Failures in a row (probes or session opens) that mark a backend down; successes that bring it back.
+    unhealthy_after: int = Field(2, ge=1)
+    healthy_after: int = Field(1, ge=1)
+    #: Longest wait for a backend's WebSocket to open, and then for its ``session.created``
+    #: (an open, with one retry elsewhere, should fit in ``limits.engine_timeout_s``).
+    connect_timeout_s: float = Field(3.0, gt=0)
+    handshake_timeout_s: float = Field(5.0, gt=0)
+    #: Rate caller audio is sent to the backends at, and reply audio is handed to the gateway at.
+    input_rate: int = Field(16_000, ge=8_000, le=48_000)
+    output_rate: int = Field(24_000, ge=8_000, le=48_000)
+    #: Re-attach (``session.resume``) a session whose backend socket dropped, within ``resume_timeout_s``.
+    resume: bool = True
+    resume_timeout_s: float = Field(5.0, gt=0)
+
+
+# -- end of engine "remote" --------------------------------------------------------------
+
+
 class EngineSettings(_Section):
     name: str = "embedded"
     echo: EchoSettings = EchoSettings()
     embedded: EmbeddedSettings = EmbeddedSettings()
     vllm_omni: VllmOmniSettings = VllmOmniSettings()
+    remote: RemoteSettings = RemoteSettings()
 
 
 class SessionDefaults(_Section):

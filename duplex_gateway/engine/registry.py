@@ -101,6 +101,41 @@ def _vllm_omni_stream(settings: GatewaySettings) -> Engine:
     )
 
 
+def _remote(settings: GatewaySettings) -> Engine:
+    """Engine ``remote``: a pool of vLLM-Omni servers (see ``engine.remote``)."""
+    from duplex_gateway.engine.remote import BackendSpec, RemoteEngine
+
+    remote = settings.engine.remote
+    if not remote.backends:
+        raise ConfigError("engine remote needs engine.remote.backends (or --backend ws://host:port)")
+    try:
+        specs = [
+            BackendSpec(
+                url=b.url,
+                max_sessions=b.max_sessions,
+                health_path=(remote.health_path if b.health_path is None else b.health_path) or None,
+                api_key=b.api_key,
+            )
+            for b in remote.backends
+        ]
+        return RemoteEngine(
+            specs,
+            input_rate=remote.input_rate,
+            output_rate=remote.output_rate,
+            health_interval_s=remote.health_interval_s,
+            health_timeout_s=remote.health_timeout_s,
+            unhealthy_after=remote.unhealthy_after,
+            healthy_after=remote.healthy_after,
+            connect_timeout_s=remote.connect_timeout_s,
+            handshake_timeout_s=remote.handshake_timeout_s,
+            resume=remote.resume,
+            resume_timeout_s=remote.resume_timeout_s,
+            admin_api_keys=settings.auth.api_keys,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"engine.remote.backends: {exc}") from None
+
+
 #: Builders by engine name; each imports its engine only when chosen, so heavy
 #: stacks never load unless asked for.
 ENGINES: dict[str, Callable[[GatewaySettings], Engine]] = {
@@ -108,6 +143,7 @@ ENGINES: dict[str, Callable[[GatewaySettings], Engine]] = {
     "embedded": _embedded,
     "vllm-omni": _vllm_omni,
     "vllm-omni-stream": _vllm_omni_stream,
+    "remote": _remote,
 }
 
 

@@ -1,0 +1,558 @@
+"""The wire between the ``remote`` engine and one backend session, as pure translation.
+
+A backend is a vLLM-Omni server (``WS /v1/realtime?duplex=1``, served by
+``OmniDuplexSessionHandler``) or another duplex-gateway (same endpoint, same
+handshake). :class:`BackendWire` turns port calls into the client events that
+backend expects and the backend's server events into port events; it owns the
+bookkeeping in between: which backend reply is which gateway response, which
+backend item is which gateway turn, per-reply resampling of reply audio to the
+engine's output rate, and the playback ledger vLLM-Omni insists on.
+
+Pure: no asyncio, no socket, no clock. :mod:`duplex_gateway.engine.remote.session`
+does the I/O.
+
+The two kinds of backend differ in two places only (found from the
+``session.created`` they send, see :func:`detect_kind`):
+
+* a vLLM-Omni turn is committed with ``input_audio_buffer.commit
+  {response_create}``; a duplex-gateway with ``turn_detection: null`` answers a
+  commit only after an explicit ``response.create``;
+* vLLM-Omni's ``ACK_ONLY`` playback policy treats the next caller turn as talking
+  over the last reply unless that reply was acknowledged, so a reply the client
+  never reported on is acknowledged in full before the caller's next input.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import io
+import itertools
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from duplex_gateway.audio import codec
+from duplex_gateway.audio.format import Encoding
+from duplex_gateway.audio.resample import StreamResampler
+from duplex_gateway.engine import port
+from duplex_gateway.session_config import Modality, SessionConfig
+
+__all__ = [
+    "FULL_CODES",
+    "RESUME_REFUSED_CODES",
+    "BackendKind",
+    "BackendWire",
+    "JsonObject",
+    "decode_backend_audio",
+    "detect_kind",
+    "error_fields",
+    "response_id_of",
+    "session_object",
+]
+
+logger = logging.getLogger(__name__)
+
+JsonObject = dict[str, Any]
+
+#: ``error.code``s a backend answers an open with when it has no room (gateway / vLLM-Omni).
+FULL_CODES = frozenset({"session_limit", "resource_exhausted", "too_many_sessions", "max_sessions_reached"})
+#: Codes that end a ``session.resume`` attempt for good.
+RESUME_REFUSED_CODES = frozenset(
+    {
+        "invalid_resume_token",
+        "resume_gap",
+        "session_resume_expired",
+        "unsupported_session_resume",
+        "invalid_session_resume",
+        "runtime_resume_failed",
+        "session_resume_conflict",
+    }
+)
+#: Replies remembered after they finish, for late playback reports and cancels.
+_FINISHED_REMEMBERED = 32
+#: Sent control events remembered so a backend error about one can be recognized.
+_SENT_REMEMBERED = 64
+
+
+class BackendKind(enum.StrEnum):
+    VLLM_OMNI = "vllm-omni"
+    GATEWAY = "duplex-gateway"
+
+
+def detect_kind(created: Mapping[str, Any]) -> BackendKind:
+    """Which server sent this ``session.created``.
+
+    A duplex-gateway announces its engine under ``session.capabilities.engine``
+    (with ``input_sample_rate_hz``); vLLM-Omni's session object has no such key
+    (its capabilities are ``supports_*`` flags).
+    """
+    session = created.get("session")
+    caps = session.get("capabilities") if isinstance(session, Mapping) else None
+    if isinstance(caps, Mapping) and "engine" in caps and "input_sample_rate_hz" in caps:
+        return BackendKind.GATEWAY
+    return BackendKind.VLLM_OMNI
+
+
+def session_object(config: SessionConfig, *, input_rate: int, output_rate: int, initial: bool) -> JsonObject:
+    """The ``session`` of a ``session.update``, in vLLM-Omni ``DuplexClient``'s shape.
+
+    PCM16 both ways at the engine's rates; ``turn_detection: null`` because the
+    gateway's own VAD (or the client) decides turns and commits them. Text is
+    always asked for: vLLM-Omni accepts a playback report only for a reply that
+    carried text, and the gateway session decides what the client gets.
+    """
+    modalities = ["text", "audio"] if Modality.AUDIO in config.output_modalities else ["text"]
+    session: JsonObject = {
+        "modalities": modalities,
+        "instructions": config.instructions or None,
+        "turn_detection": None,
+        # Turns are answered when the gateway asks, never on a commit alone.
+        "extra_body": {"auto_response": False},
+    }
+    if config.voice and config.voice != "default":
+        session["voice"] = config.voice
+    if config.speed != 1.0:
+        session["speed"] = config.speed
+    if initial:
+        session.update(
+            {
+                "input_audio_format": "pcm16",
+                "output_audio_format": "pcm16",
+                "sample_rate_hz": input_rate,
+                "audio": {"input": {"sample_rate_hz": input_rate}, "output": {"sample_rate_hz": output_rate}},
+            }
+        )
+    return session
+
+
+def response_id_of(event: Mapping[str, Any]) -> str | None:
+    """A response-scoped event's response id (top level, or ``response.id``)."""
+    value = event.get("response_id")
+    if isinstance(value, str) and value:
+        return value
+    response = event.get("response")
+    if isinstance(response, Mapping):
+        value = response.get("id")
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def error_fields(event: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """``(code, message, related event_id)`` of an ``error`` event, whatever its nesting."""
+    error = event.get("error")
+    source: Mapping[str, Any] = error if isinstance(error, Mapping) else event
+    code = source.get("code")
+    message = source.get("message")
+    if not isinstance(message, str):
+        message = error if isinstance(error, str) else ""
+    related = source.get("event_id")
+    return (
+        code if isinstance(code, str) and code else "backend_error",
+        message,
+        related if isinstance(related, str) and related else None,
+    )
+
+
+_PCM16_NAMES = frozenset({"pcm16", "pcm", "pcm_s16le", "s16le", "audio/pcm"})
+_F32_NAMES = frozenset({"pcm_f32le", "f32le", "float32", "audio/pcm_f32le"})
+_ULAW_NAMES = frozenset({"g711_ulaw", "ulaw", "pcmu", "audio/pcmu"})
+_ALAW_NAMES = frozenset({"g711_alaw", "alaw", "pcma", "audio/pcma"})
+
+
+def decode_backend_audio(data: bytes, fmt: str | None, rate: int) -> tuple[npt.NDArray[np.float32], int]:
+    """Backend reply audio as mono float32 and its rate (``wav`` carries its own)."""
+    name = (fmt or "pcm16").lower()
+    if name in _PCM16_NAMES:
+        return codec.decode(data[: len(data) - len(data) % 2], Encoding.PCM16), rate
+    if name in _F32_NAMES:
+        return codec.decode(data[: len(data) - len(data) % 4], Encoding.PCM_F32LE), rate
+    if name in _ULAW_NAMES:
+        return codec.decode(data, Encoding.G711_ULAW), rate
+    if name in _ALAW_NAMES:
+        return codec.decode(data, Encoding.G711_ALAW), rate
+    if name == "wav":
+        import soundfile
+
+        samples, wav_rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
+        return np.ascontiguousarray(samples.mean(axis=1), dtype=np.float32), int(wav_rate)
+    raise ValueError(f"unsupported backend audio format {fmt!r}")
+
+
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Requested:
+    """A reply asked of the backend that it has not announced yet."""
+
+    gateway_id: str | None  # None: the backend names it (a commit that creates a response)
+    event_id: str
+    cancelled: bool = False
+
+
+@dataclass(slots=True)
+class _Reply:
+    gateway_id: str
+    output_rate: int
+    dropped: bool = False
+    #: PCM16 samples handed to the gateway, at the engine's output rate.
+    samples: int = 0
+    #: The reply's audio as the backend's playback ledger counts it.
+    backend_ms: float = 0.0
+    acked: bool = False
+    _resampler: StreamResampler | None = field(default=None, repr=False)
+
+    @property
+    def produced_ms(self) -> float:
+        return self.samples * 1000.0 / self.output_rate
+
+    def convert(self, samples: npt.NDArray[np.float32], rate: int) -> bytes:
+        out = b""
+        if self._resampler is None or self._resampler.in_rate != rate:
+            out = self.flush()
+            self._resampler = StreamResampler(rate, self.output_rate)
+        return out + self._pcm(self._resampler.process(samples))
+
+    def pass_through(self, data: bytes) -> bytes:
+        """PCM16 already at the output rate (after whatever a resampler still holds)."""
+        head = self.flush()
+        self._resampler = None
+        pcm = data[: len(data) - len(data) % 2]
+        self.samples += len(pcm) // 2
+        return head + pcm
+
+    def flush(self) -> bytes:
+        if self._resampler is None:
+            return b""
+        return self._pcm(self._resampler.flush())
+
+    def _pcm(self, samples: npt.NDArray[np.float32]) -> bytes:
+        self.samples += int(samples.size)
+        return codec.encode(samples, Encoding.PCM16) if samples.size else b""
+
+    def backend_played(self, played_ms: int) -> int:
+        """``played_ms`` of the audio handed over, in the backend ledger's milliseconds."""
+        produced = self.produced_ms
+        if produced <= 0 or self.backend_ms <= 0:
+            return played_ms
+        return int(min(self.backend_ms, round(played_ms * self.backend_ms / produced)))
+
+
+class BackendWire:
+    """Port calls -> backend client events, backend server events -> port events, for one session.
+
+    Every ``*`` method returns the client events to send, in order;
+    :meth:`receive` returns the port events for one server event, and may leave
+    client events to send in :meth:`take_outgoing` (a late cancel).
+    """
+
+    def __init__(self, *, kind: BackendKind, input_rate: int, output_rate: int) -> None:
+        self.kind = kind
+        self.input_rate = input_rate
+        self.output_rate = output_rate
+        self._ids = itertools.count(1)
+        self._requested: deque[_Requested] = deque()
+        #: Backend response id -> the reply it is on the gateway side (in progress).
+        self._replies: dict[str, _Reply] = {}
+        #: Finished replies by backend id.
+        self._finished: OrderedDict[str, _Reply] = OrderedDict()
+        #: Commits the backend has not confirmed yet (event id, gateway turn id), and the mapping once it has.
+        self._commits: deque[tuple[str, str]] = deque(maxlen=_FINISHED_REMEMBERED)
+        self._items: OrderedDict[str, str] = OrderedDict()
+        #: Control events sent (event_id -> type), so errors about them can be told apart.
+        self._sent: OrderedDict[str, str] = OrderedDict()
+        #: vLLM-Omni: finished replies with audio that nobody reported playback for (backend ids).
+        self._unreported: list[str] = []
+        self._outgoing: list[JsonObject] = []
+
+    # -- port calls -> client events ----------------------------------------------------------
+
+    def _event(self, kind: str, remember: bool = False, **fields: Any) -> JsonObject:
+        event_id = f"evt_gw_{next(self._ids)}"
+        if remember:
+            self._sent[event_id] = kind
+            while len(self._sent) > _SENT_REMEMBERED:
+                self._sent.popitem(last=False)
+        return {"type": kind, "event_id": event_id, **fields}
+
+    def session_update(self, config: SessionConfig, *, initial: bool) -> JsonObject:
+        session = session_object(
+            config, input_rate=self.input_rate, output_rate=self.output_rate, initial=initial
+        )
+        return self._event("session.update", session=session)
+
+    def append_audio(self, pcm: bytes) -> list[JsonObject]:
+        out = self._ack_unreported()
+        out.append(
+            self._event(
+                "input_audio_buffer.append",
+                audio=base64.b64encode(pcm).decode("ascii"),
+                format="pcm16",
+                sample_rate_hz=self.input_rate,
+            )
+        )
+        return out
+
+    def commit(self, *, item_id: str, create_response: bool) -> list[JsonObject]:
+        out = self._ack_unreported()
+        if self.kind is BackendKind.VLLM_OMNI:
+            commit = self._event("input_audio_buffer.commit", final=True, response_create=create_response)
+            self._commits.append((str(commit["event_id"]), item_id))
+            out.append(commit)
+            if create_response:
+                self._requested.append(_Requested(gateway_id=None, event_id=str(commit["event_id"])))
+            return out
+        commit = self._event("input_audio_buffer.commit")
+        self._commits.append((str(commit["event_id"]), item_id))
+        out.append(commit)
+        if create_response:
+            create = self._event("response.create", remember=True)
+            self._requested.append(_Requested(gateway_id=None, event_id=str(create["event_id"])))
+            out.append(create)
+        return out
+
+    def clear_input(self) -> list[JsonObject]:
+        return [self._event("input_audio_buffer.clear")]
+
+    def add_item(self, *, role: str, text: str) -> list[JsonObject]:
+        part = "output_text" if role == "assistant" else "input_text"
+        item = {"type": "message", "role": role, "content": [{"type": part, "text": text}]}
+        return [self._event("conversation.item.create", item=item)]
+
+    def create_response(self, *, response_id: str, instructions: str | None) -> list[JsonObject]:
+        out = self._ack_unreported()
+        options: JsonObject = {}
+        if instructions:
+            options["instructions"] = instructions
+        create = self._event("response.create", remember=True, **({"response": options} if options else {}))
+        self._requested.append(_Requested(gateway_id=response_id, event_id=str(create["event_id"])))
+        out.append(create)
+        return out
+
+    def cancel_response(self, response_id: str) -> list[JsonObject]:
+        backend_id = self._backend_id(response_id)
+        if backend_id is not None:
+            reply = self._replies.get(backend_id)
+            if reply is None:
+                return []  # finished already: nothing to stop
+            reply.dropped = True
+            return [self._event("response.cancel", remember=True, response_id=backend_id)]
+        for requested in self._requested:
+            if requested.gateway_id == response_id and not requested.cancelled:
+                # Not announced yet: the backend cancels the reply it is preparing, and
+                # whatever it still announces for it is dropped here.
+                requested.cancelled = True
+                return [self._event("response.cancel", remember=True)]
+        return []
+
+    def barge_in(self) -> list[JsonObject]:
+        for reply in self._replies.values():
+            reply.dropped = True
+        for requested in self._requested:
+            requested.cancelled = True
+        return [self._event("barge_in", remember=True)]
+
+    def ack_playback(self, *, response_id: str, played_ms: int) -> list[JsonObject]:
+        backend_id = self._backend_id(response_id) or response_id
+        reply = self._replies.get(backend_id) or self._finished.get(backend_id)
+        played = int(played_ms)
+        if reply is not None:
+            reply.acked = True
+            played = reply.backend_played(played)
+        if backend_id in self._unreported:
+            self._unreported.remove(backend_id)
+        return [self._event("playback.ack", remember=True, response_id=backend_id, played_ms=played)]
+
+    def close(self, reason: str) -> JsonObject:
+        return self._event("session.close", reason=reason)
+
+    def take_outgoing(self) -> list[JsonObject]:
+        out, self._outgoing = self._outgoing, []
+        return out
+
+    def _ack_unreported(self) -> list[JsonObject]:
+        """vLLM-Omni: acknowledge finished replies the client never reported playback for."""
+        if not self._unreported:
+            return []
+        out: list[JsonObject] = []
+        for backend_id in self._unreported:
+            reply = self._finished.get(backend_id)
+            if reply is not None and not reply.acked:
+                reply.acked = True
+                played = int(reply.backend_ms) if reply.backend_ms > 0 else int(reply.produced_ms)
+                out.append(
+                    self._event("playback.ack", remember=True, response_id=backend_id, played_ms=played)
+                )
+        self._unreported.clear()
+        return out
+
+    def _backend_id(self, gateway_id: str) -> str | None:
+        for replies in (self._replies, self._finished):
+            for backend_id, reply in replies.items():
+                if reply.gateway_id == gateway_id:
+                    return backend_id
+        return None
+
+    # -- server events -> port events ------------------------------------------------------------
+
+    def receive(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
+        kind = event.get("type")
+        if kind == "response.created":
+            return self._response_created(response_id_of(event))
+        if kind in ("response.output_audio.delta", "response.audio.delta"):
+            return self._audio(event)
+        if kind in (
+            "response.output_audio_transcript.delta",
+            "response.audio_transcript.delta",
+            "response.output_text.delta",
+            "response.text.delta",
+        ):
+            reply = self._replies.get(response_id_of(event) or "")
+            delta = event.get("delta")
+            if reply is None or reply.dropped or not isinstance(delta, str) or not delta:
+                return []
+            if "transcript" in str(kind):
+                return [port.EngineTranscript(response_id=reply.gateway_id, delta=delta)]
+            return [port.EngineText(response_id=reply.gateway_id, delta=delta)]
+        if kind == "response.done":
+            return self._response_done(event)
+        if kind == "input_audio_buffer.committed":
+            self._committed(event.get("item_id"))
+            return []
+        if kind == "conversation.item.input_audio_transcription.delta":
+            text = event.get("delta")
+            if not isinstance(text, str) or not text:
+                return []
+            return [port.EngineInputTranscript(item_id=self._item(event.get("item_id")), text=text)]
+        if kind == "conversation.item.input_audio_transcription.completed":
+            text = event.get("transcript")
+            if not isinstance(text, str):
+                return []
+            return [
+                port.EngineInputTranscript(item_id=self._item(event.get("item_id")), text=text, final=True)
+            ]
+        if kind in ("input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped"):
+            # Sessions are opened with turn_detection null: the gateway finds turns. vLLM-Omni
+            # still brackets each commit with these; passed on, the gateway session would
+            # take them for the caller talking (and cut off the reply it just asked for).
+            return []
+        if kind == "error":
+            return self._error(event)
+        return []
+
+    def _response_created(self, backend_id: str | None) -> list[port.EngineEvent]:
+        if not backend_id or backend_id in self._replies or backend_id in self._finished:
+            return []
+        requested = self._requested.popleft() if self._requested else None
+        gateway_id = requested.gateway_id if requested is not None and requested.gateway_id else backend_id
+        reply = _Reply(gateway_id=gateway_id, output_rate=self.output_rate)
+        self._replies[backend_id] = reply
+        if requested is not None and requested.cancelled:
+            reply.dropped = True
+            self._outgoing.append(self._event("response.cancel", remember=True, response_id=backend_id))
+            return []
+        return [port.EngineResponseStarted(response_id=gateway_id)]
+
+    def _audio(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
+        reply = self._replies.get(response_id_of(event) or "")
+        delta = event.get("delta")
+        if reply is None or reply.dropped or not isinstance(delta, str) or not delta:
+            return []
+        hinted = event.get("sample_rate_hz")
+        rate = int(hinted) if isinstance(hinted, int) and hinted > 0 else self.output_rate
+        fmt = event.get("format")
+        fmt = fmt if isinstance(fmt, str) else None
+        metadata = event.get("metadata")
+        duration = metadata.get("audio_duration_ms") if isinstance(metadata, Mapping) else None
+        try:
+            data = base64.b64decode(delta, validate=False)
+            if rate == self.output_rate and (fmt or "pcm16").lower() in _PCM16_NAMES:
+                pcm = reply.pass_through(data)  # already what the gateway wants: no float round trip
+                seconds = len(pcm) / 2 / rate
+            else:
+                samples, rate = decode_backend_audio(data, fmt, rate)
+                seconds = samples.size / rate
+                pcm = reply.convert(samples, rate)
+        except (ValueError, binascii.Error, RuntimeError) as exc:
+            logger.warning("undecodable backend audio dropped: %s", exc)
+            return []
+        reply.backend_ms += float(duration) if isinstance(duration, int | float) else seconds * 1000.0
+        return [port.EngineAudio(response_id=reply.gateway_id, pcm=pcm)] if pcm else []
+
+    def _response_done(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
+        backend_id = response_id_of(event) or ""
+        reply = self._replies.pop(backend_id, None)
+        if reply is None:
+            # A reply cancelled before the backend announced it ends without response.created.
+            if self._requested and self._requested[0].cancelled and backend_id not in self._finished:
+                self._requested.popleft()
+            return []
+        self._finished[backend_id] = reply
+        while len(self._finished) > _FINISHED_REMEMBERED:
+            self._finished.popitem(last=False)
+        if reply.dropped:
+            reply.acked = True  # nothing of it was played on purpose; vLLM-Omni was told to stop
+            return []
+        response = event.get("response")
+        response = response if isinstance(response, Mapping) else {}
+        status = response.get("status")
+        status = status if isinstance(status, str) else "completed"
+        details = response.get("status_details")
+        reason = details.get("reason") if isinstance(details, Mapping) else None
+        out: list[port.EngineEvent] = []
+        if status == "completed":
+            tail = reply.flush()
+            if tail:
+                out.append(port.EngineAudio(response_id=reply.gateway_id, pcm=tail))
+        if self.kind is BackendKind.VLLM_OMNI and reply.samples and not reply.acked:
+            self._unreported.append(backend_id)
+        port_status = status if status in ("completed", "cancelled") else "failed"
+        out.append(
+            port.EngineResponseDone(
+                response_id=reply.gateway_id,
+                status=port_status,
+                reason=reason if isinstance(reason, str) and reason else None,
+            )
+        )
+        return out
+
+    def _committed(self, backend_item: object) -> None:
+        if not self._commits:
+            return
+        _, gateway_item = self._commits.popleft()
+        if isinstance(backend_item, str) and backend_item:
+            self._items[backend_item] = gateway_item
+            while len(self._items) > _FINISHED_REMEMBERED:
+                self._items.popitem(last=False)
+
+    def _item(self, backend_item: object) -> str:
+        # "" lets the gateway session pick the turn in progress / the last one.
+        return self._items.get(backend_item, "") if isinstance(backend_item, str) else ""
+
+    def _error(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
+        code, message, related = error_fields(event)
+        if related is not None:
+            for requested in list(self._requested):
+                if requested.event_id == related:
+                    # The backend refused this reply: it will never be announced.
+                    self._requested.remove(requested)
+            for commit in list(self._commits):
+                if commit[0] == related:
+                    self._commits.remove(commit)  # refused: no input_audio_buffer.committed will follow
+            about = self._sent.get(related)
+            if about in ("response.cancel", "playback.ack", "barge_in"):
+                # About a reply that already ended on the backend (a race the gateway has fenced).
+                logger.info("backend refused %s: %s: %s", about, code, message)
+                return []
+        if code.startswith("playback_"):
+            logger.info("backend playback report refused: %s: %s", code, message)
+            return []
+        return [port.EngineError(code=code, message=message or code)]

@@ -1,0 +1,463 @@
+"""One gateway session on one backend WebSocket (the I/O around :class:`BackendWire`).
+
+:func:`open_backend_session` connects to the backend's ``/v1/realtime?duplex=1``,
+sends ``session.update`` and waits for ``session.created``. The
+:class:`RemoteSession` then sends what port calls translate to and runs one reader
+task that turns the backend's events into port events, acknowledging each
+``server_event_seq`` (``session.event_ack``) so the backend can trim the journal
+it keeps for resume.
+
+When the socket drops without a close we asked for, the session tries
+``session.resume`` on the same backend (within ``resume_timeout_s``, with the
+``resume_token`` of ``session.created``); what port calls send meanwhile is held
+and sent once resumed. A backend that refuses connections is gone: the session
+reports a fatal :class:`port.EngineError` at once and the backend is marked down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from duplex_gateway.engine import port
+from duplex_gateway.engine.event_queue import EngineEventQueue
+from duplex_gateway.engine.remote.pool import Backend, realtime_url
+from duplex_gateway.engine.remote.protocol import (
+    FULL_CODES,
+    RESUME_REFUSED_CODES,
+    BackendKind,
+    BackendWire,
+    JsonObject,
+    detect_kind,
+    error_fields,
+)
+from duplex_gateway.session_config import SessionConfig
+
+__all__ = ["BackendFull", "BackendRefused", "RemoteSession", "SessionOptions", "open_backend_session"]
+
+logger = logging.getLogger(__name__)
+
+_EVENT_QUEUE_SIZE = 1024
+#: Largest backend frame accepted (a long reply chunk as base64 is well below this).
+MAX_FRAME_BYTES = 64 << 20
+#: Client events held while a dropped socket is being resumed, by count and by bytes.
+_HELD_EVENTS = 2048
+_HELD_BYTES = 16 << 20
+#: For this long after a drop, a resume refused as if the session were not detached is retried.
+_RESUME_RETRY_S = 1.0
+_RESUME_EARLY_CODES = frozenset({"invalid_resume_token", "session_resume_conflict"})
+#: How long ``close`` waits for the backend's ``session.closed``.
+_CLOSE_WAIT_S = 2.0
+
+
+class BackendRefused(Exception):
+    """The backend could not be reached, or it refused the session for another reason than room."""
+
+
+class BackendFull(BackendRefused):
+    """The backend answered the open with ``session_limit`` / ``resource_exhausted``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionOptions:
+    """The engine-wide settings every remote session uses."""
+
+    input_rate: int
+    output_rate: int
+    connect_timeout_s: float = 3.0
+    handshake_timeout_s: float = 5.0
+    resume: bool = True
+    resume_timeout_s: float = 5.0
+    ping_interval_s: float | None = 20.0
+    ping_timeout_s: float | None = 20.0
+    #: A session that sent nothing for this long sends ``session.heartbeat`` (the backends
+    #: count a connection silent for their idle timeout, 300 s by default, as dropped).
+    heartbeat_interval_s: float = 30.0
+
+
+def _headers(backend: Backend) -> dict[str, str]:
+    return {"Authorization": f"Bearer {backend.spec.api_key}"} if backend.spec.api_key else {}
+
+
+async def _connect(backend: Backend, options: SessionOptions, timeout_s: float) -> ClientConnection:
+    return await connect(
+        realtime_url(backend.url),
+        open_timeout=timeout_s,
+        close_timeout=2.0,
+        max_size=MAX_FRAME_BYTES,
+        ping_interval=options.ping_interval_s,
+        ping_timeout=options.ping_timeout_s,
+        additional_headers=_headers(backend),
+        compression=None,  # base64 PCM hardly compresses; deflate would cost CPU per frame
+    )
+
+
+def _dumps(event: Mapping[str, Any]) -> str:
+    return json.dumps(event, separators=(",", ":"))
+
+
+def _loads(raw: str | bytes) -> JsonObject | None:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+async def open_backend_session(
+    backend: Backend,
+    session_id: str,
+    config: SessionConfig,
+    options: SessionOptions,
+    *,
+    on_end: Callable[[RemoteSession], None],
+) -> RemoteSession:
+    """Open a session on ``backend``: connect, ``session.update``, wait for ``session.created``.
+
+    Raises :class:`BackendFull` or :class:`BackendRefused`. Cancellation closes the socket.
+    """
+    try:
+        ws = await _connect(backend, options, options.connect_timeout_s)
+    except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
+        raise BackendRefused(f"cannot connect to {backend.url}: {exc or type(exc).__name__}") from exc
+    try:
+        wire = BackendWire(
+            kind=BackendKind.VLLM_OMNI, input_rate=options.input_rate, output_rate=options.output_rate
+        )
+        # A full gateway refuses before it reads anything: its error is already queued.
+        with contextlib.suppress(ConnectionClosed):
+            await ws.send(_dumps(wire.session_update(config, initial=True)))
+        created = await _await_created(ws, backend, options.handshake_timeout_s)
+    except BaseException:
+        await _abort(ws)
+        raise
+    wire.kind = detect_kind(created)
+    return RemoteSession(backend, session_id, ws, wire, created, options, on_end=on_end)
+
+
+async def _await_created(ws: ClientConnection, backend: Backend, timeout_s: float) -> JsonObject:
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                event = _loads(await ws.recv())
+                if event is None:
+                    continue
+                kind = event.get("type")
+                if kind == "session.created":
+                    return event
+                if kind == "error":
+                    code, message, _ = error_fields(event)
+                    cls = BackendFull if code in FULL_CODES else BackendRefused
+                    raise cls(f"{backend.url} refused the session: {code}: {message}")
+    except TimeoutError:
+        raise BackendRefused(f"{backend.url} sent no session.created within {timeout_s:g} s") from None
+    except ConnectionClosed as exc:
+        raise BackendRefused(f"{backend.url} closed the connection during the handshake ({exc})") from exc
+
+
+async def _abort(ws: ClientConnection) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(ws.close(), 2.0)
+
+
+class RemoteSession(port.EngineSession):
+    """One gateway session held by one backend session."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        session_id: str,
+        ws: ClientConnection,
+        wire: BackendWire,
+        created: Mapping[str, Any],
+        options: SessionOptions,
+        *,
+        on_end: Callable[[RemoteSession], None],
+    ) -> None:
+        self.backend = backend
+        self.session_id = session_id
+        self._ws = ws
+        self._wire = wire
+        self._options = options
+        self._on_end = on_end
+        session = created.get("session")
+        session = session if isinstance(session, Mapping) else {}
+        backend_id = created.get("session_id") or session.get("id") or session.get("session_id")
+        #: The backend's own id for this session.
+        self.backend_session_id: str | None = backend_id if isinstance(backend_id, str) else None
+        token = created.get("resume_token")
+        self._resume_token: str | None = token if isinstance(token, str) and token else None
+        self._last_seq = 0
+        self._events = EngineEventQueue(_EVENT_QUEUE_SIZE)
+        #: Client events held while the socket is being resumed.
+        self._held: deque[str] | None = None
+        self._held_bytes = 0
+        self._closing = False
+        self._ended = False
+        self._backend_closed = asyncio.Event()
+        self._last_sent = asyncio.get_running_loop().time()
+        self._reader = asyncio.create_task(self._read_loop(), name=f"remote-reader:{session_id}")
+
+    @property
+    def kind(self) -> BackendKind:
+        return self._wire.kind
+
+    @property
+    def resumable(self) -> bool:
+        return self._options.resume and self._resume_token is not None and self.backend_session_id is not None
+
+    # -- port calls -------------------------------------------------------------------------
+
+    async def append_audio(self, pcm: bytes) -> None:
+        if pcm:
+            await self._send(self._wire.append_audio(pcm))
+
+    async def commit(self, *, item_id: str, create_response: bool) -> None:
+        await self._send(self._wire.commit(item_id=item_id, create_response=create_response))
+
+    async def add_item(self, *, item_id: str, role: str, text: str) -> None:
+        await self._send(self._wire.add_item(role=role, text=text))
+
+    async def clear_input(self) -> None:
+        await self._send(self._wire.clear_input())
+
+    async def create_response(self, *, response_id: str, instructions: str | None) -> None:
+        await self._send(self._wire.create_response(response_id=response_id, instructions=instructions))
+
+    async def cancel_response(self, response_id: str) -> None:
+        await self._send(self._wire.cancel_response(response_id))
+
+    async def barge_in(self) -> None:
+        await self._send(self._wire.barge_in())
+
+    async def ack_playback(self, *, response_id: str, played_ms: int) -> None:
+        await self._send(self._wire.ack_playback(response_id=response_id, played_ms=played_ms))
+
+    async def update(self, config: SessionConfig) -> None:
+        await self._send([self._wire.session_update(config, initial=False)])
+
+    async def close(self, reason: str) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        if not self._ended and self._held is None:
+            try:
+                await self._ws.send(_dumps(self._wire.close(reason)))
+                await asyncio.wait_for(self._backend_closed.wait(), _CLOSE_WAIT_S)
+            except (ConnectionClosed, TimeoutError, OSError):
+                pass
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._reader
+        await _abort(self._ws)
+        self._end(port.EngineClosed(reason=reason))
+
+    def events(self) -> AsyncIterator[port.EngineEvent]:
+        return self._events.stream()
+
+    async def keep_alive(self) -> None:
+        """Send ``session.heartbeat`` if nothing went to the backend for ``heartbeat_interval_s``."""
+        if asyncio.get_running_loop().time() - self._last_sent >= self._options.heartbeat_interval_s:
+            await self._send([{"type": "session.heartbeat"}])
+
+    # -- sending ------------------------------------------------------------------------------
+
+    async def _send(self, events: list[JsonObject]) -> None:
+        for event in events:
+            text = _dumps(event)
+            if self._ended or self._closing:
+                return
+            if self._held is not None:
+                self._hold(text)
+                continue
+            ws = self._ws
+            try:
+                await ws.send(text)
+                self._last_sent = asyncio.get_running_loop().time()
+            except ConnectionClosed:
+                if self._ws is not ws and self._held is None:
+                    # Resumed on a new socket while this send failed on the old one.
+                    with contextlib.suppress(ConnectionClosed):
+                        await self._ws.send(text)
+                elif self.resumable:
+                    # The reader sees the drop too; keep what would be lost for the resume.
+                    if self._held is None:
+                        self._held = deque()
+                    self._hold(text)
+
+    def _hold(self, text: str) -> None:
+        assert self._held is not None
+        if len(self._held) >= _HELD_EVENTS or self._held_bytes + len(text) > _HELD_BYTES:
+            logger.warning("remote session %s: dropping input held for resume (buffer full)", self.session_id)
+            return
+        self._held.append(text)
+        self._held_bytes += len(text)
+
+    # -- receiving ------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        while True:
+            try:
+                async for raw in self._ws:
+                    if await self._handle(raw):
+                        return  # the backend ended the session
+            except ConnectionClosed:
+                pass
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug must end this session only, and say so
+                logger.exception("remote session %s: reading %s failed", self.session_id, self.backend.url)
+                self._fail("remote_error", "the backend connection failed")
+                return
+            if self._closing:
+                return
+            why = f"the connection to {self.backend.url} dropped ({self._ws.close_code or 'no close frame'})"
+            logger.warning("remote session %s: %s", self.session_id, why)
+            if self.resumable and await self._resume():
+                continue
+            self._fail("backend_lost", why)
+            return
+
+    async def _handle(self, raw: str | bytes) -> bool:
+        """One backend event; True when it ends the session."""
+        event = _loads(raw)
+        if event is None:
+            return False
+        seq = event.get("server_event_seq")
+        kind = event.get("type")
+        if isinstance(seq, int) and not isinstance(seq, bool) and kind != "session.resumed":
+            if seq <= self._last_seq:
+                return False  # replayed after a resume: seen already
+            self._last_seq = seq
+            with contextlib.suppress(ConnectionClosed):
+                await self._ws.send(_dumps({"type": "session.event_ack", "server_event_seq": seq}))
+        if kind in ("session.closed", "session.expired"):
+            self._backend_closed.set()
+            reason = event.get("reason")
+            self._end(port.EngineClosed(reason=reason if isinstance(reason, str) and reason else str(kind)))
+            return True
+        if kind == "session.resync_required":
+            self._resume_token = None  # the backend stopped journaling: a resume would be refused
+            return False
+        if self._closing:
+            return False
+        for out in self._wire.receive(event):
+            await self._events.put(out)
+        late = self._wire.take_outgoing()
+        if late:
+            await self._send(late)
+        return False
+
+    async def _resume(self) -> bool:
+        """Re-attach to the backend session after a drop; False when that is not possible."""
+        if self._held is None:
+            self._held = deque()
+        loop = asyncio.get_running_loop()
+        dropped_at = loop.time()
+        deadline = dropped_at + self._options.resume_timeout_s
+        delay = 0.05
+        while (remaining := deadline - loop.time()) > 0:
+            try:
+                ws = await _connect(
+                    self.backend, self._options, min(self._options.connect_timeout_s, remaining)
+                )
+            except ConnectionRefusedError:
+                return False  # nothing listens there any more: the backend is gone
+            except (OSError, TimeoutError, InvalidHandshake) as exc:
+                logger.info("remote session %s: resume connect failed: %s", self.session_id, exc)
+                await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
+                delay = min(delay * 2, 0.5)
+                continue
+            try:
+                outcome = await self._resume_on(ws, deadline - loop.time())
+            except BaseException:
+                await _abort(ws)
+                raise
+            if outcome is True:
+                return True
+            await _abort(ws)
+            # A backend may not have noticed the drop yet (the session is still attached to
+            # the old socket there): a refusal right after the drop is worth another try.
+            if outcome is None and loop.time() - dropped_at < _RESUME_RETRY_S:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+                continue
+            return False
+        return False
+
+    async def _resume_on(self, ws: ClientConnection, timeout_s: float) -> bool | None:
+        """True: resumed; False: refused for good; None: refused, maybe too early."""
+        request = {
+            "type": "session.resume",
+            "session_id": self.backend_session_id,
+            "resume_token": self._resume_token,
+            "last_received_server_event_seq": self._last_seq,
+        }
+        try:
+            await ws.send(_dumps(request))
+            async with asyncio.timeout(max(timeout_s, 0.1)):
+                while True:
+                    event = _loads(await ws.recv())
+                    if event is None:
+                        continue
+                    kind = event.get("type")
+                    if kind == "session.resumed":
+                        break
+                    if kind == "error":
+                        code, message, _ = error_fields(event)
+                        logger.info(
+                            "remote session %s: resume refused: %s: %s", self.session_id, code, message
+                        )
+                        return None if code in _RESUME_EARLY_CODES else False
+                    if kind == "session.resync_required" or kind in RESUME_REFUSED_CODES:
+                        return False
+        except (ConnectionClosed, TimeoutError, OSError) as exc:
+            logger.warning("remote session %s: resume failed: %s", self.session_id, exc)
+            return False
+        token = event.get("resume_token")
+        if isinstance(token, str) and token:
+            self._resume_token = token
+        old, self._ws = self._ws, ws
+        await _abort(old)
+        # Send what was held, in order; port calls made meanwhile keep queueing behind it.
+        held = self._held if self._held is not None else deque()
+        while held:
+            text = held.popleft()
+            self._held_bytes -= len(text)
+            with contextlib.suppress(ConnectionClosed):
+                await ws.send(text)
+        self._held, self._held_bytes = None, 0
+        logger.info(
+            "remote session %s resumed on %s after event %d",
+            self.session_id,
+            self.backend.url,
+            self._last_seq,
+        )
+        return True
+
+    # -- ending ---------------------------------------------------------------------------------
+
+    def _fail(self, code: str, message: str) -> None:
+        """The backend session is lost: a fatal error, then the end of the stream."""
+        if self._ended:
+            return
+        self.backend.mark_down(message)
+        self._events.put_urgent(port.EngineError(code=code, message=message, fatal=True))
+        self._end(port.EngineClosed(reason=code))
+
+    def _end(self, closed: port.EngineClosed) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._held = None
+        self._events.put_urgent(closed)
+        self._on_end(self)

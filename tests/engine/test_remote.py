@@ -1,0 +1,747 @@
+"""The ``remote`` engine: a pool of duplex backends, driven through the engine port.
+
+The backends are REAL gateway processes with the ``echo`` engine: they speak the
+same duplex protocol on ``/v1/realtime?duplex=1`` as vLLM-Omni's own server (the
+test against real vLLM-Omni servers is ``tests/omni/test_remote_pool.py``). The
+wire translation is tested pure first; then placement, caps, audio, cancel, a
+backend killed mid-reply, health, drain, resume, the admin routes and a front
+gateway running ``--engine remote``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soxr
+
+from duplex_gateway.config import ConfigError, load_settings
+from duplex_gateway.dialects.realtime_session import parse_session_patch
+from duplex_gateway.engine import port
+from duplex_gateway.engine.registry import build_engine
+from duplex_gateway.engine.remote import BackendKind, BackendSpec, RemoteEngine, RemoteSession
+from duplex_gateway.engine.remote.pool import BackendPool, realtime_url
+from duplex_gateway.engine.remote.protocol import BackendWire, detect_kind, session_object
+from duplex_gateway.session_config import SessionConfig
+from tests.e2e.conftest import (  # noqa: F401 - fixtures, registered by import
+    _no_traceback_in_gateway_logs,
+)
+from tests.e2e.helpers import (
+    EventLog,
+    Gateway,
+    GatewayFactory,
+    b64,
+    load_speech,
+    send_json,
+    ws_connect,
+)
+
+IN_RATE = 16_000
+OUT_RATE = 24_000
+#: Echo backends: 50 ms reply chunks paced at real time (a reply lasts as long as the turn).
+BACKEND_CONFIG: dict[str, Any] = {
+    "server": {"web_demo": False},
+    "engine": {"echo": {"chunk_ms": 50, "pace": 1.0}},
+    "limits": {"resume_grace_s": 5},
+}
+
+
+def speech(seconds: float, rate: int = IN_RATE) -> bytes:
+    pcm = load_speech(rate)
+    return pcm[: int(seconds * rate) * 2]
+
+
+# ---------------------------------------------------------------------------------------
+# The wire, pure
+
+
+def wire(kind: BackendKind = BackendKind.GATEWAY) -> BackendWire:
+    return BackendWire(kind=kind, input_rate=IN_RATE, output_rate=OUT_RATE)
+
+
+def audio_delta(response_id: str, pcm: bytes, rate: int = OUT_RATE, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "response.output_audio.delta",
+        "response_id": response_id,
+        "delta": base64.b64encode(pcm).decode(),
+        "sample_rate_hz": rate,
+        **extra,
+    }
+
+
+def created(response_id: str) -> dict[str, Any]:
+    return {"type": "response.created", "response": {"id": response_id, "status": "in_progress"}}
+
+
+def done(response_id: str, status: str = "completed") -> dict[str, Any]:
+    return {
+        "type": "response.done",
+        "response_id": response_id,
+        "response": {"id": response_id, "status": status},
+    }
+
+
+def test_session_object_is_read_by_a_gateway_as_pcm16_at_the_engine_rates_without_vad() -> None:
+    config = SessionConfig(instructions="be brief", voice="alloy")
+    patch = parse_session_patch(
+        session_object(config, input_rate=IN_RATE, output_rate=OUT_RATE, initial=True)
+    )
+    assert (patch.input_format.encoding, patch.input_format.rate) == ("pcm16", IN_RATE)  # type: ignore[union-attr]
+    assert (patch.output_format.encoding, patch.output_format.rate) == ("pcm16", OUT_RATE)  # type: ignore[union-attr]
+    assert patch.turn_detection is None
+    assert patch.instructions == "be brief" and patch.voice == "alloy"
+
+
+def test_detect_kind() -> None:
+    gateway = {
+        "type": "session.created",
+        "session": {"capabilities": {"engine": "echo", "input_sample_rate_hz": 1}},
+    }
+    omni = {"type": "session.created", "session": {"id": "s", "capabilities": {"supports_barge_in": True}}}
+    assert detect_kind(gateway) is BackendKind.GATEWAY
+    assert detect_kind(omni) is BackendKind.VLLM_OMNI
+
+
+def test_commit_asks_a_gateway_for_a_response_and_vllm_omni_through_the_commit() -> None:
+    types = [e["type"] for e in wire(BackendKind.GATEWAY).commit(item_id="i1", create_response=True)]
+    assert types == ["input_audio_buffer.commit", "response.create"]
+    (commit,) = wire(BackendKind.VLLM_OMNI).commit(item_id="i1", create_response=True)
+    assert commit["type"] == "input_audio_buffer.commit" and commit["response_create"] is True
+
+
+def test_a_reply_carries_the_gateway_id_and_its_audio_is_resampled() -> None:
+    w = wire()
+    w.create_response(response_id="resp_gw", instructions=None)
+    assert w.receive(created("resp_backend")) == [port.EngineResponseStarted(response_id="resp_gw")]
+    same_rate = w.receive(audio_delta("resp_backend", bytes(480)))
+    assert same_rate == [port.EngineAudio(response_id="resp_gw", pcm=bytes(480))]
+    tone = (np.sin(np.arange(16_000) / 10) * 8000).astype("<i2").tobytes()  # 1 s at 16 kHz
+    pcm = b"".join(e.pcm for e in w.receive(audio_delta("resp_backend", tone, rate=16_000)))  # type: ignore[attr-defined]
+    events = w.receive(done("resp_backend"))
+    pcm += b"".join(e.pcm for e in events if isinstance(e, port.EngineAudio))
+    assert abs(len(pcm) // 2 - OUT_RATE) <= 2  # 1 s at 24 kHz once flushed
+    assert events[-1] == port.EngineResponseDone(response_id="resp_gw", status="completed")
+
+
+def test_a_reply_the_backend_names_keeps_its_id() -> None:
+    w = wire()
+    w.commit(item_id="i1", create_response=True)
+    assert w.receive(created("r1")) == [port.EngineResponseStarted(response_id="r1")]
+    assert w.receive(
+        {"type": "response.output_audio_transcript.delta", "response_id": "r1", "delta": "hi"}
+    ) == [port.EngineTranscript(response_id="r1", delta="hi")]
+
+
+def test_cancelling_a_reply_not_yet_announced_drops_it_and_keeps_later_ids_aligned() -> None:
+    w = wire()
+    w.create_response(response_id="x", instructions=None)
+    (cancel,) = w.cancel_response("x")
+    assert cancel["type"] == "response.cancel" and "response_id" not in cancel
+    # The backend ends the cancelled reply without announcing it (a gateway does that) ...
+    assert w.receive(done("rx", "cancelled")) == []
+    w.create_response(response_id="y", instructions=None)
+    assert w.receive(created("ry")) == [port.EngineResponseStarted(response_id="y")]
+    # ... or announces it anyway: it is dropped, and told to stop.
+    w2 = wire()
+    w2.create_response(response_id="x", instructions=None)
+    w2.cancel_response("x")
+    assert w2.receive(created("rx")) == []
+    assert [e["type"] for e in w2.take_outgoing()] == ["response.cancel"]
+    assert w2.receive(audio_delta("rx", bytes(100))) == [] and w2.receive(done("rx")) == []
+
+
+def test_cancel_of_a_running_reply_names_the_backend_id_and_fences_its_output() -> None:
+    w = wire()
+    w.create_response(response_id="g", instructions=None)
+    w.receive(created("b"))
+    (cancel,) = w.cancel_response("g")
+    assert cancel["response_id"] == "b"
+    assert w.receive(audio_delta("b", bytes(100))) == [] and w.receive(done("b", "cancelled")) == []
+
+
+def test_errors_about_a_refused_create_or_a_late_cancel() -> None:
+    w = wire()
+    (create,) = w.create_response(response_id="g", instructions=None)
+    refusal = {
+        "type": "error",
+        "error": {
+            "code": "conversation_already_has_active_response",
+            "message": "busy",
+            "event_id": create["event_id"],
+        },
+    }
+    assert w.receive(refusal) == [
+        port.EngineError(code="conversation_already_has_active_response", message="busy")
+    ]
+    w.commit(item_id="i", create_response=True)
+    assert w.receive(created("r2")) == [port.EngineResponseStarted(response_id="r2")]  # not mistaken for "g"
+    (cancel,) = w.cancel_response("r2")
+    late = {
+        "type": "error",
+        "error": {"code": "response_cancel_not_active", "message": "", "event_id": cancel["event_id"]},
+    }
+    assert w.receive(late) == []
+
+
+def test_vllm_omni_gets_unreported_playback_acknowledged_before_the_next_turn() -> None:
+    w = wire(BackendKind.VLLM_OMNI)
+    w.commit(item_id="i1", create_response=True)
+    w.receive(created("r1"))
+    w.receive(audio_delta("r1", bytes(4800), metadata={"audio_duration_ms": 100}))
+    w.receive(done("r1"))
+    first, append = w.append_audio(bytes(320))
+    assert first == {**first, "type": "playback.ack", "response_id": "r1", "played_ms": 100}
+    assert append["type"] == "input_audio_buffer.append"
+    assert [e["type"] for e in w.append_audio(bytes(320))] == ["input_audio_buffer.append"]
+    # A gateway keeps no such ledger.
+    g = wire()
+    g.commit(item_id="i1", create_response=True)
+    g.receive(created("r1"))
+    g.receive(audio_delta("r1", bytes(4800)))
+    g.receive(done("r1"))
+    assert [e["type"] for e in g.append_audio(bytes(320))] == ["input_audio_buffer.append"]
+
+
+def test_input_transcripts_name_the_gateway_turn() -> None:
+    w = wire()
+    (refused,) = w.commit(item_id="item_empty", create_response=False)
+    error = {"code": "input_audio_buffer_commit_empty", "message": "empty", "event_id": refused["event_id"]}
+    assert w.receive({"type": "error", "error": error}) != []  # the client hears of it
+    w.commit(item_id="item_gw", create_response=False)
+    assert w.receive({"type": "input_audio_buffer.committed", "item_id": "item_b"}) == []
+    event = {
+        "type": "conversation.item.input_audio_transcription.completed",
+        "item_id": "item_b",
+        "transcript": "hi",
+    }
+    assert w.receive(event) == [port.EngineInputTranscript(item_id="item_gw", text="hi", final=True)]
+
+
+def test_placement_is_least_loaded_then_round_robin() -> None:
+    pool = BackendPool([BackendSpec(url=f"ws://h{i}:1", max_sessions=cap) for i, cap in enumerate((2, 2, 4))])
+    for b in pool.backends:
+        b.record_success()
+    order = [pool.place().index for _ in range(8)]
+    assert order[:3] == [0, 1, 2]  # a tie at 0 load: round-robin
+    assert sorted(order) == [0, 0, 1, 1, 2, 2, 2, 2]  # by load relative to the cap
+    with pytest.raises(port.EngineSessionLimit):
+        pool.place()
+    pool.backends[2].draining = True
+    pool.backends[0].mark_down("gone")
+    pool.backends[1].mark_down("gone")
+    with pytest.raises(port.EngineUnavailable):
+        pool.place()
+
+
+def test_realtime_url() -> None:
+    assert realtime_url("ws://h:1") == "ws://h:1/v1/realtime?duplex=1"
+    assert realtime_url("wss://h/custom?x=1") == "wss://h/custom?x=1&duplex=1"
+
+
+def test_config_cli_and_registry() -> None:
+    from duplex_gateway.cli import _parser
+
+    args = _parser().parse_args(
+        ["serve", "--engine", "remote", "--backend", "ws://a:1", "--backend", "ws://b:2"]
+    )
+    assert args.backend == ["ws://a:1", "ws://b:2"]
+    settings = load_settings(
+        None, **{"engine.name": "remote", "engine.remote.backends": [{"url": u} for u in args.backend]}
+    )
+    engine = build_engine(settings)
+    assert isinstance(engine, RemoteEngine)
+    assert [(b.url, b.cap, b.spec.health_path) for b in engine.backends] == [
+        ("ws://a:1", 4, "/health"),
+        ("ws://b:2", 4, "/health"),
+    ]
+    with pytest.raises(ConfigError, match="engine.remote.backends"):
+        build_engine(load_settings(None, **{"engine.name": "remote"}))
+    with pytest.raises(ConfigError, match="url"):
+        load_settings(None, **{"engine.remote.backends": [{"url": "http://a:1"}]})
+    tcp_only = load_settings(
+        None, **{"engine.name": "remote", "engine.remote.backends": [{"url": "ws://a:1", "health_path": ""}]}
+    )
+    assert build_engine(tcp_only).backends[0].spec.health_path is None  # type: ignore[attr-defined]
+
+
+def test_the_example_config_loads() -> None:
+    settings = load_settings(Path(__file__).resolve().parents[2] / "configs" / "remote-pool.yaml")
+    engine = build_engine(settings)
+    assert isinstance(engine, RemoteEngine) and len(engine.backends) == 2
+
+
+# ---------------------------------------------------------------------------------------
+# Real backends: echo gateways on loopback
+
+
+class Events:
+    """Reads an engine session's events in the background; tests wait on them."""
+
+    def __init__(self, session: port.EngineSession) -> None:
+        self.seen: list[tuple[float, port.EngineEvent]] = []
+        self._cond = asyncio.Condition()
+        self._task = asyncio.create_task(self._run(session))
+
+    async def _run(self, session: port.EngineSession) -> None:
+        async for event in session.events():
+            async with self._cond:
+                self.seen.append((time.monotonic(), event))
+                self._cond.notify_all()
+
+    @property
+    def events(self) -> list[port.EngineEvent]:
+        return [e for _, e in self.seen]
+
+    def audio(self, response_id: str | None = None) -> bytes:
+        return b"".join(
+            e.pcm
+            for e in self.events
+            if isinstance(e, port.EngineAudio) and response_id in (None, e.response_id)
+        )
+
+    async def wait(
+        self, match: Callable[[port.EngineEvent], bool], timeout: float = 10.0
+    ) -> port.EngineEvent:
+        try:
+            async with asyncio.timeout(timeout), self._cond:
+                while True:
+                    for _, event in self.seen:
+                        if match(event):
+                            return event
+                    await self._cond.wait()
+        except TimeoutError:
+            seen = [f"{type(e).__name__}({getattr(e, 'response_id', '')})" for e in self.events[-30:]]
+            errors = [e for e in self.events if isinstance(e, port.EngineError | port.EngineClosed)]
+            raise AssertionError(f"no matching event within {timeout} s; saw {seen}; {errors}") from None
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+def is_(cls: type, **fields: Any) -> Callable[[port.EngineEvent], bool]:
+    return lambda e: isinstance(e, cls) and all(getattr(e, k) == v for k, v in fields.items())
+
+
+async def say(session: port.EngineSession, pcm: bytes, *, respond: bool = True) -> None:
+    """Stream a turn (20 ms chunks, as fast as it goes) and commit it."""
+    for offset in range(0, len(pcm), 640):
+        await session.append_audio(pcm[offset : offset + 640])
+    await session.commit(item_id=f"item_{time.monotonic_ns()}", create_response=respond)
+
+
+@pytest.fixture
+def factory(tmp_path: Path) -> Iterator[GatewayFactory]:
+    """Gateway processes for one test (stopped, and their logs checked, after it)."""
+    gateways = GatewayFactory(tmp_path)
+    yield gateways
+    gateways.close()
+
+
+@pytest.fixture(scope="module")
+def backends(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Gateway]]:
+    """Two echo gateways shared by the module's tests (each test closes its sessions)."""
+    gateways = GatewayFactory(tmp_path_factory.mktemp("backends"))
+    yield [gateways.start(BACKEND_CONFIG, name=f"backend{i}") for i in range(2)]
+    gateways.close()
+
+
+@contextlib.asynccontextmanager
+async def remote_engine(
+    gateways: list[Gateway], caps: tuple[int, ...] = (2, 2), **kw: Any
+) -> AsyncIterator[RemoteEngine]:
+    specs = [
+        BackendSpec(url=g.ws_url, max_sessions=cap, health_path="/readyz")
+        for g, cap in zip(gateways, caps, strict=True)
+    ]
+    # Frequent probes (a dead backend shows at once), patient ones (a busy machine is not a dead backend).
+    kw = {"health_interval_s": 0.2, "health_timeout_s": 5.0, **kw}
+    engine = RemoteEngine(specs, **kw)
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await asyncio.wait_for(engine.shutdown(), 10)
+
+
+def placed(engine: RemoteEngine) -> list[int]:
+    return [b.sessions for b in engine.backends]
+
+
+async def test_sessions_spread_over_backends_up_to_their_caps(backends: list[Gateway]) -> None:
+    async with remote_engine(backends, caps=(2, 2)) as engine:
+        assert engine.ready and engine.capabilities.max_sessions == 4
+        sessions = [await engine.open_session(f"s{i}", SessionConfig()) for i in range(4)]
+        assert placed(engine) == [2, 2] and engine.active_sessions == 4
+        assert [s.backend.index for s in sessions] == [0, 1, 0, 1]  # type: ignore[attr-defined]
+        assert all(s.kind is BackendKind.GATEWAY for s in sessions)  # type: ignore[attr-defined]
+        await asyncio.gather(*(gw.wait_sessions(2) for gw in backends))
+        with pytest.raises(port.EngineSessionLimit):
+            await engine.open_session("s5", SessionConfig())
+        for session in sessions:
+            await session.close("done")
+        assert placed(engine) == [0, 0] and engine.active_sessions == 0
+        await asyncio.gather(*(gw.wait_sessions(0) for gw in backends))
+
+
+async def test_audio_round_trip_with_the_gateway_response_id(backends: list[Gateway]) -> None:
+    async with remote_engine(backends) as engine:
+        session = await engine.open_session("s1", SessionConfig())
+        events = Events(session)
+        pcm = speech(0.6)
+        await say(session, pcm, respond=False)
+        await session.create_response(response_id="resp_gw_1", instructions=None)
+        await events.wait(is_(port.EngineResponseDone, response_id="resp_gw_1"))
+        kinds = [type(e) for e in events.events]
+        assert kinds[0] is port.EngineResponseStarted and events.events[0].response_id == "resp_gw_1"  # type: ignore[attr-defined]
+        assert port.EngineTranscript in kinds
+        reply = events.audio("resp_gw_1")
+        # The echo of 0.6 s of 16 kHz audio, handed back at 24 kHz: same length, same sound.
+        assert abs(len(reply) / 2 / OUT_RATE - 0.6) < 0.03
+        sent = np.frombuffer(pcm, "<i2").astype(np.float32)
+        back = soxr.resample(np.frombuffer(reply, "<i2").astype(np.float32), OUT_RATE, IN_RATE)
+        n = min(len(sent), len(back))
+        corr = float(np.corrcoef(sent[:n], back[:n])[0, 1])
+        assert corr > 0.9, corr
+        # A second turn through the commit path gets an id of the backend's own.
+        await say(session, speech(0.2))
+        started = await events.wait(
+            lambda e: isinstance(e, port.EngineResponseStarted) and e.response_id != "resp_gw_1"
+        )
+        await events.wait(is_(port.EngineResponseDone, response_id=started.response_id, status="completed"))  # type: ignore[attr-defined]
+        await session.close("done")
+        await events.wait(is_(port.EngineClosed, reason="done"))
+        await events.stop()
+
+
+async def test_cancel_stops_the_reply_and_the_next_one_works(backends: list[Gateway]) -> None:
+    async with remote_engine(backends) as engine:
+        session = await engine.open_session("s1", SessionConfig())
+        events = Events(session)
+        await say(session, speech(2.0), respond=False)
+        await session.create_response(response_id="r1", instructions=None)
+        await events.wait(is_(port.EngineAudio, response_id="r1"))
+        await session.cancel_response("r1")
+        cancelled_at = len(events.events)
+        # Cancelled before it was announced: nothing of it ever shows.
+        await session.create_response(response_id="r2", instructions=None)
+        await session.cancel_response("r2")
+        await session.create_response(response_id="r3", instructions=None)
+        await events.wait(is_(port.EngineResponseDone, response_id="r3", status="completed"), timeout=10)
+        after = events.events[cancelled_at:]
+        assert not [e for e in after if getattr(e, "response_id", None) in ("r1", "r2")], after
+        assert abs(len(events.audio("r3")) / 2 / OUT_RATE - 2.0) < 0.05
+        await session.close("done")
+        await events.stop()
+
+
+async def test_a_backend_killed_mid_reply_fails_its_sessions_fast_and_spares_the_others(
+    factory: GatewayFactory,
+) -> None:
+    doomed, survivor = (factory.start(BACKEND_CONFIG, name=f"kill{i}") for i in range(2))
+    async with remote_engine([doomed, survivor], caps=(2, 2)) as engine:
+        a = await engine.open_session("a", SessionConfig())
+        b = await engine.open_session("b", SessionConfig())
+        assert [a.backend.url, b.backend.url] == [doomed.ws_url, survivor.ws_url]  # type: ignore[attr-defined]
+        ea, eb = Events(a), Events(b)
+        for session in (a, b):
+            await say(session, speech(2.0))
+        await ea.wait(lambda e: isinstance(e, port.EngineAudio))
+        await eb.wait(lambda e: isinstance(e, port.EngineAudio))
+        killed_at = time.monotonic()
+        doomed.proc.kill()
+        fatal = await ea.wait(is_(port.EngineError, fatal=True), timeout=5)
+        took = next(t for t, e in ea.seen if e is fatal) - killed_at
+        assert took < 1.0, f"the fatal error took {took:.3f} s"
+        assert isinstance(ea.events[-1], port.EngineClosed)
+        # Health: the dead backend is down at once and stays down; new sessions go to the survivor.
+        assert not engine.backends[0].healthy and engine.backends[1].healthy
+        assert engine.backends[0].sessions == 0
+        c = await engine.open_session("c", SessionConfig())
+        assert c.backend.url == survivor.ws_url  # type: ignore[attr-defined]
+        await asyncio.sleep(0.5)  # a few health rounds
+        assert not engine.backends[0].healthy and engine.ready
+        # The survivor's session streamed on, untouched.
+        done_b = await eb.wait(lambda e: isinstance(e, port.EngineResponseDone), timeout=10)
+        assert done_b.status == "completed"  # type: ignore[attr-defined]
+        assert any(t > killed_at for t, e in eb.seen if isinstance(e, port.EngineAudio))
+        assert not [e for e in eb.events if isinstance(e, port.EngineError)]
+        assert abs(len(eb.audio()) / 2 / OUT_RATE - 2.0) < 0.05
+        await a.close("done")  # after a failure: quick and harmless
+        for session in (b, c):
+            await session.close("done")
+        await ea.stop()
+        await eb.stop()
+
+
+async def test_drain_keeps_sessions_and_places_new_ones_elsewhere(backends: list[Gateway]) -> None:
+    async with remote_engine(backends, caps=(4, 4)) as engine:
+        first = await engine.open_session("first", SessionConfig())
+        assert first.backend.index == 0  # type: ignore[attr-defined]
+        engine.drain(backends[0].ws_url + "/")
+        assert engine.snapshot()[0]["draining"] is True and engine.ready
+        others = [await engine.open_session(f"s{i}", SessionConfig()) for i in range(2)]
+        assert [s.backend.index for s in others] == [1, 1]  # type: ignore[attr-defined]
+        # The drained backend's session carries on.
+        events = Events(first)
+        await say(first, speech(0.3))
+        await events.wait(lambda e: isinstance(e, port.EngineResponseDone) and e.status == "completed")
+        engine.undrain(backends[0].ws_url)
+        again = await engine.open_session("again", SessionConfig())
+        assert again.backend.index == 0  # type: ignore[attr-defined]
+        with pytest.raises(KeyError):
+            engine.drain("ws://127.0.0.1:1")
+        # Draining every backend: nothing can be placed.
+        for gw in backends:
+            engine.drain(gw.ws_url)
+        assert not engine.ready
+        with pytest.raises(port.EngineUnavailable):
+            await engine.open_session("none", SessionConfig())
+        for session in (first, again, *others):
+            await session.close("done")
+        await events.stop()
+
+
+async def test_a_backend_that_refuses_or_fails_the_open_costs_one_retry(
+    backends: list[Gateway], factory: GatewayFactory
+) -> None:
+    # A server that accepts TCP (so the TCP health probe passes) but closes every connection.
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    broken_url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    specs = [
+        BackendSpec(url=broken_url, max_sessions=4, health_path=None),
+        BackendSpec(url=backends[1].ws_url, max_sessions=4, health_path="/readyz"),
+    ]
+    engine = RemoteEngine(specs, health_interval_s=60, unhealthy_after=1)
+    await engine.start()
+    try:
+        assert [b.healthy for b in engine.backends] == [True, True]
+        session = await engine.open_session("s1", SessionConfig())
+        assert session.backend.index == 1  # type: ignore[attr-defined]
+        assert not engine.backends[0].healthy and "cannot connect" in str(engine.backends[0].last_error)
+        await session.close("done")
+    finally:
+        await engine.shutdown()
+        server.close()
+        await server.wait_closed()
+
+    # A backend full by its own count answers session_limit: the placement moves on.
+    small = factory.start({**BACKEND_CONFIG, "limits": {"max_sessions": 1}}, name="small")
+    async with remote_engine([small, backends[1]], caps=(4, 4)) as engine:
+        s1 = await engine.open_session("s1", SessionConfig())
+        s2 = await engine.open_session("s2", SessionConfig())
+        s3 = await engine.open_session("s3", SessionConfig())  # tried on "small" first: full there
+        assert [s.backend.index for s in (s1, s2, s3)] == [0, 1, 1]  # type: ignore[attr-defined]
+        assert placed(engine) == [1, 2] and engine.backends[0].healthy
+        await s2.close("done")
+        await s3.close("done")
+        engine.drain(backends[1].ws_url)
+        with pytest.raises(port.EngineSessionLimit):
+            await engine.open_session("s4", SessionConfig())
+        await s1.close("done")
+
+
+async def test_no_healthy_backend() -> None:
+    from tests.e2e.helpers import free_port
+
+    specs = [BackendSpec(url=f"ws://127.0.0.1:{free_port()}", health_path="/health")]
+    engine = RemoteEngine(specs, health_timeout_s=0.5)
+    await engine.start()
+    try:
+        assert not engine.ready
+        with pytest.raises(port.EngineUnavailable, match="no healthy backend"):
+            await engine.open_session("s", SessionConfig())
+    finally:
+        await engine.shutdown()
+
+
+async def test_a_dropped_socket_is_resumed_without_losing_audio(backends: list[Gateway]) -> None:
+    async with remote_engine(backends) as engine:
+        session = await engine.open_session("s1", SessionConfig())
+        assert isinstance(session, RemoteSession) and session.resumable
+        events = Events(session)
+        await say(session, speech(1.5), respond=False)
+        await session.create_response(response_id="r1", instructions=None)
+        await events.wait(is_(port.EngineAudio, response_id="r1"))
+        old = session._ws
+        old.transport.abort()  # the network drops the connection; the backend lives on
+        await session.append_audio(speech(0.1))  # held while resuming, sent after
+        done = await events.wait(is_(port.EngineResponseDone, response_id="r1"), timeout=10)
+        assert done.status == "completed"  # type: ignore[attr-defined]
+        assert session._ws is not old
+        assert not [e for e in events.events if isinstance(e, port.EngineError)]
+        assert abs(len(events.audio("r1")) / 2 / OUT_RATE - 1.5) < 0.05  # nothing lost, nothing twice
+        assert engine.backends[session.backend.index].healthy
+        # The session goes on after the resume.
+        await say(session, speech(0.3))
+        await events.wait(lambda e: isinstance(e, port.EngineResponseDone) and e.response_id != "r1")
+        await session.close("done")
+        await events.stop()
+
+
+async def test_quiet_sessions_send_heartbeats(backends: list[Gateway]) -> None:
+    async with remote_engine(backends, health_interval_s=0.1, heartbeat_interval_s=0.2) as engine:
+        session = await engine.open_session("s1", SessionConfig())
+        assert isinstance(session, RemoteSession)
+        seq = session._last_seq
+        await asyncio.sleep(1.0)
+        assert session._last_seq >= seq + 2  # each heartbeat got its session.heartbeat_ack
+        await session.close("done")
+
+
+async def test_admin_routes(backends: list[Gateway]) -> None:
+    from starlette.applications import Starlette
+
+    async with remote_engine(backends) as engine:
+        app = Starlette(routes=engine.admin_routes(api_keys=("sekrit",)))
+        auth = [("authorization", "Bearer sekrit")]
+
+        status, body = await asgi(app, "GET", "/admin/backends")
+        assert status == 401
+        status, body = await asgi(app, "GET", "/admin/backends", headers=auth)
+        assert status == 200
+        assert [(b["url"], b["healthy"], b["draining"], b["sessions"], b["cap"]) for b in body] == [
+            (gw.ws_url, True, False, 0, 2) for gw in backends
+        ]
+        status, body = await asgi(
+            app, "POST", "/admin/backends/drain", {"url": backends[0].ws_url}, headers=auth
+        )
+        assert status == 200 and body["draining"] is True and engine.backends[0].draining
+        status, body = await asgi(
+            app, "POST", "/admin/backends/undrain", {"url": backends[0].ws_url}, headers=auth
+        )
+        assert status == 200 and body["draining"] is False
+        status, _ = await asgi(app, "POST", "/admin/backends/drain", {"url": "ws://nowhere:1"}, headers=auth)
+        assert status == 404
+        status, _ = await asgi(app, "POST", "/admin/backends/drain", b"{", headers=auth)
+        assert status == 400
+        open_app = Starlette(routes=engine.admin_routes())  # no keys configured: open
+        assert (await asgi(open_app, "GET", "/admin/backends"))[0] == 200
+
+
+async def asgi(
+    app: Any,
+    method: str,
+    path: str,
+    body: dict[str, Any] | bytes = b"",
+    headers: list[tuple[str, str]] | None = None,
+) -> tuple[int, Any]:
+    """One HTTP request straight through an ASGI app."""
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(k.encode(), v.encode()) for k, v in (headers or [])]
+        + [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    inbox = [{"type": "http.request", "body": raw, "more_body": False}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return inbox.pop(0) if inbox else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    payload = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return sent[0]["status"], json.loads(payload) if payload else None
+
+
+# ---------------------------------------------------------------------------------------
+# A front gateway running --engine remote, with a websockets client
+
+
+async def _client_turn(gw: Gateway, pcm24: bytes) -> tuple[Any, EventLog]:
+    ws = await ws_connect(gw, "/v1/realtime", close_timeout=1)
+    log = EventLog(ws.recv)
+    await log.wait_for("session.created")
+    await send_json(ws, {"type": "session.update", "session": {"turn_detection": None}})
+    await log.wait_for("session.updated")
+    for offset in range(0, len(pcm24), 960 * 5):
+        await send_json(
+            ws, {"type": "input_audio_buffer.append", "audio": b64(pcm24[offset : offset + 960 * 5])}
+        )
+    await send_json(ws, {"type": "input_audio_buffer.commit"})
+    await send_json(ws, {"type": "response.create"})
+    return ws, log
+
+
+@pytest.fixture
+def front(factory: GatewayFactory) -> Iterator[tuple[Gateway, list[Gateway]]]:
+    pool = [factory.start(BACKEND_CONFIG, name=f"pool{i}") for i in range(2)]
+    config = {
+        "server": {"web_demo": False},
+        "engine": {"name": "remote", "remote": {"health_path": "/readyz", "health_interval_s": 0.3}},
+    }
+    args = ["--engine", "remote"] + [arg for gw in pool for arg in ("--backend", gw.ws_url)]
+    yield factory.start(config, args=args, name="front"), pool
+
+
+@pytest.mark.e2e
+async def test_front_gateway_spreads_clients_and_survives_a_backend_death(
+    front: tuple[Gateway, list[Gateway]],
+) -> None:
+    gw, pool = front
+    assert gw.readyz()["engine"] == "remote"
+    pcm = speech(2.0, rate=24_000)
+    clients = [await _client_turn(gw, pcm) for _ in range(2)]
+    try:
+        await asyncio.gather(*(p.wait_sessions(1) for p in pool))  # one client on each backend
+        for _, log in clients:
+            await log.wait_for("response.output_audio.delta", timeout=10)
+        pool[0].proc.kill()
+        killed_at = time.monotonic()
+        outcomes = []
+        for ws, log in clients:
+            _, event = await log.wait_for(lambda e: e["type"] in ("error", "response.done"), timeout=10)
+            outcomes.append((event["type"], time.monotonic() - killed_at, ws, log))
+        failed = [o for o in outcomes if o[0] == "error"]
+        finished = [o for o in outcomes if o[0] == "response.done"]
+        assert len(failed) == 1 and len(finished) == 1, [(o[0], o[1]) for o in outcomes]
+        _, took, ws_failed, log_failed = failed[0]
+        assert took < 1.0, f"the client heard of the failure after {took:.3f} s"
+        error = next(e for e in log_failed.events if e["type"] == "error")
+        assert error["error"]["code"] == "engine_error"
+        await asyncio.wait_for(ws_failed.wait_closed(), 5)
+        assert ws_failed.close_code == 4003
+        _, _, _, log_ok = finished[0]
+        done = next(e for e in log_ok.events if e["type"] == "response.done")
+        assert done["response"]["status"] == "completed"
+        audio = b"".join(
+            base64.b64decode(e["delta"]) for e in log_ok.events if e["type"] == "response.output_audio.delta"
+        )
+        assert abs(len(audio) / 2 / 24_000 - 2.0) < 0.1
+        assert gw.readyz()["sessions"] == 1  # the survivor's client, still connected
+        # A new client lands on the surviving backend.
+        ws3, log3 = await _client_turn(gw, speech(0.3, rate=24_000))
+        clients.append((ws3, log3))
+        _, done3 = await log3.wait_for("response.done", timeout=10)
+        assert done3["response"]["status"] == "completed"
+        await pool[1].wait_sessions(2)
+    finally:
+        for ws, log in clients:
+            await log.aclose()
+            with contextlib.suppress(Exception):
+                await ws.close()
