@@ -492,7 +492,7 @@ class Connection:
         elif isinstance(call, ClearInput):
             action = engine_session.clear_input()
         elif isinstance(call, CallerPaused):
-            action = engine_session.caller_paused()
+            action = self._caller_paused(engine_session)
         elif isinstance(call, AddItem):
             action = engine_session.add_item(item_id=call.item_id, role=call.role, text=call.text)
         elif isinstance(call, StartResponse):
@@ -513,11 +513,18 @@ class Connection:
             logger.exception("engine call %s failed in session %s", type(call).__name__, self.session_id)
             await self._emit(ev.ErrorEvent(code=ErrorCode.ENGINE_ERROR, message=f"the engine failed: {type(exc).__name__}"))
 
-    async def _commit(self, engine_session: port.EngineSession, call: CommitInput) -> None:
-        # The resampler holds back the last few ms of the turn; they belong to it.
+    async def _flush_input(self, engine_session: port.EngineSession) -> None:
+        # The resampler holds back the last few ms the caller said; the engine needs them now.
         tail = self._input.flush() if self._input is not None else b""
         if tail:
             await engine_session.append_audio(tail)
+
+    async def _caller_paused(self, engine_session: port.EngineSession) -> None:
+        await self._flush_input(engine_session)
+        await engine_session.caller_paused()
+
+    async def _commit(self, engine_session: port.EngineSession, call: CommitInput) -> None:
+        await self._flush_input(engine_session)
         await engine_session.commit(item_id=call.item_id, create_response=call.create_response)
 
     # -- the send side ------------------------------------------------------------------------

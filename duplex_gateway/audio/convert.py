@@ -90,7 +90,9 @@ class InputConverter:
         """
         self.wire.check_length(len(data))
         if self._to_vad is None:
-            self._to_vad = StreamResampler(self.wire.rate, VAD_RATE, self._quality)
+            # Quick quality: the detector needs no studio fidelity, but every ms the
+            # resampler holds back delays the end of a turn.
+            self._to_vad = StreamResampler(self.wire.rate, VAD_RATE, "QQ")
             self._vad_origin_samples = self._input_samples
         samples = self._decode(data)
         vad = self._to_vad.process(samples)
