@@ -499,6 +499,31 @@ class EventLog:
             await asyncio.wait_for(self._task, 2)
 
 
+@dataclass
+class AnsweredTurn:
+    """One server-VAD turn and the reply to it, as found in an :class:`EventLog`."""
+
+    started: dict[str, Any]
+    stopped: dict[str, Any]
+    response_id: str
+    done: dict[str, Any]
+    reply_events: list[dict[str, Any]]  # from response.created up to response.done
+
+
+async def wait_answered_turn(log: EventLog, timeout: float, done_timeout: float | None = None) -> AnsweredTurn:
+    """Wait for speech_started, speech_stopped, response.created and that response's response.done."""
+    i_start, started = await log.wait_for("input_audio_buffer.speech_started", timeout)
+    _, stopped = await log.wait_for("input_audio_buffer.speech_stopped", timeout, start=i_start)
+    index, created = await log.wait_for("response.created", timeout, start=i_start)
+    response_id = created["response"]["id"]
+    done_index, done = await log.wait_for(
+        lambda e: e["type"] == "response.done" and e["response"]["id"] == response_id,
+        done_timeout or timeout,
+        start=index,
+    )
+    return AnsweredTurn(started, stopped, response_id, done, log.events[index:done_index])
+
+
 # ---------------------------------------------------------------------------------------
 # Raw websockets clients
 

@@ -31,6 +31,7 @@ from tests.e2e.helpers import (
     send_json,
     silence,
     stream_audio,
+    wait_answered_turn,
     ws_connect,
 )
 
@@ -103,17 +104,12 @@ async def echo_turn(gw: Gateway, in_fmt: str, in_rate: int, out_fmt: str, out_ra
             assert audio["output"]["format"]["type"] == GA_TYPE[out_fmt]
             assert audio["output"]["format"].get("rate", 8000) == out_rate
             await stream_audio(ws, stream, frame_ms=20, realtime=False, rate=in_rate, fmt=in_fmt, timeout=30)
-            i_start, started = await log.wait_for("input_audio_buffer.speech_started", 10)
-            _, stopped = await log.wait_for("input_audio_buffer.speech_stopped", 10, start=i_start)
-            index, created = await log.wait_for("response.created", 10, start=i_start)
-            response_id = created["response"]["id"]
-            done_index, done = await log.wait_for(
-                lambda e: e["type"] == "response.done" and e["response"]["id"] == response_id, 10, start=index
-            )
-            assert done["response"]["status"] == "completed", done
-            deltas = [e for e in log.events[index:done_index] if e["type"] == "response.output_audio.delta"]
+            turn = await wait_answered_turn(log, 10)
+            started, stopped = turn.started, turn.stopped
+            assert turn.done["response"]["status"] == "completed", turn.done
+            deltas = [e for e in turn.reply_events if e["type"] == "response.output_audio.delta"]
             assert {d["sample_rate_hz"] for d in deltas} == {out_rate}
-            reply = audio_of(log.events[index:done_index], response_id)
+            reply = audio_of(turn.reply_events, turn.response_id)
             assert not [e for e in log.events if e["type"] == "error"]
         finally:
             await log.aclose()

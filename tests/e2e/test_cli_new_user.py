@@ -29,6 +29,7 @@ from tests.e2e.helpers import (
     gateway_env,
     send_json,
     stream_audio,
+    wait_answered_turn,
     ws_connect,
 )
 
@@ -77,17 +78,12 @@ async def test_serve_echo_and_stream_a_wav(gateway_factory: GatewayFactory) -> N
             _, updated = await log.wait_for("session.updated", 5)
             assert updated["session"]["audio"]["input"]["format"]["rate"] == rate
             await stream_audio(ws, stream, frame_ms=20, rate=rate, speed=1.4, lead_ms=1500, timeout=20)
-            i_start, started = await log.wait_for("input_audio_buffer.speech_started", 5)
-            _, stopped = await log.wait_for("input_audio_buffer.speech_stopped", 5, start=i_start)
-            index, created_resp = await log.wait_for("response.created", 5, start=i_start)
-            response_id = created_resp["response"]["id"]
-            done_index, done = await log.wait_for(
-                lambda e: e["type"] == "response.done" and e["response"]["id"] == response_id, 15, start=index
-            )
-            assert done["response"]["status"] == "completed", done
-            deltas = [e for e in log.events[index:done_index] if e["type"] == "response.output_audio.delta"]
+            turn = await wait_answered_turn(log, 5, done_timeout=15)
+            started, stopped = turn.started, turn.stopped
+            assert turn.done["response"]["status"] == "completed", turn.done
+            deltas = [e for e in turn.reply_events if e["type"] == "response.output_audio.delta"]
             assert deltas and {d.get("sample_rate_hz", 24000) for d in deltas} == {24000}
-            reply = audio_of(log.events[index:done_index], response_id)
+            reply = audio_of(turn.reply_events, turn.response_id)
         finally:
             await log.aclose()
 
