@@ -218,6 +218,8 @@ class Session:
         self._response: _Response | None = None
         self._pending_response_id: str | None = None
         self._pending_modalities: tuple[Modality, ...] | None = None
+        # Per caller item: (words already sent as deltas, the engine's last hypothesis).
+        self._partials: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self._fenced: deque[str] = deque(maxlen=MAX_FENCED_IDS)
         # Caller input since the last commit/clear, in ms of audio.
         self._buffered_ms = 0.0
@@ -583,7 +585,7 @@ class Session:
                 if record is not None:
                     record.item = replace(record.item, transcript=event.text)
                 return [ev.InputTranscriptionCompleted(item_id=item_id, transcript=event.text)]
-            return [ev.InputTranscriptionDelta(item_id=item_id, delta=event.text)]
+            return self._partial_transcript(item_id, event.text)
         if isinstance(event, port.EngineError):
             outputs: list[Output] = [
                 ev.ErrorEvent(code=ErrorCode.ENGINE_ERROR, message=f"{event.code}: {event.message}")
@@ -594,6 +596,28 @@ class Session:
         if isinstance(event, port.EngineClosed):
             return self._close(event.reason, CloseCode.ENGINE_FAILED, engine_gone=True)
         return []
+
+    def _partial_transcript(self, item_id: str, hypothesis: str) -> list[Output]:
+        """Turn an engine's running hypothesis into append-only deltas, as clients expect.
+
+        A recognizer revises its latest words as it hears more, but a delta cannot be
+        taken back: only words two hypotheses in a row agree on are sent, once each.
+        The final transcript (``...completed``) is the authority on what was said.
+        """
+        emitted, previous = self._partials.get(item_id, ((), ()))
+        words = tuple(hypothesis.split())
+        stable = tuple(a for a, _ in itertools.takewhile(lambda pair: pair[0] == pair[1], zip(previous, words)))
+        new: tuple[str, ...] = ()
+        if len(stable) > len(emitted) and stable[: len(emitted)] == emitted:
+            new = stable[len(emitted) :]
+            emitted = stable
+        self._partials[item_id] = (emitted, words)
+        while len(self._partials) > 4:  # only the turn being spoken matters
+            self._partials.pop(next(iter(self._partials)))
+        if not new:
+            return []
+        delta = " ".join(new)
+        return [ev.InputTranscriptionDelta(item_id=item_id, delta=f" {delta}" if len(emitted) > len(new) else delta)]
 
     def _response_started(self, response_id: str) -> list[Output]:
         if response_id in self._fenced:

@@ -405,12 +405,31 @@ def test_engine_detected_turns_and_transcripts() -> None:
     assert s.input_processed(pcm(20), 20.0, [(32, 0.99)]) == [AppendAudio(pcm=pcm(20))]
     out = s.engine_event(port.EngineSpeechStarted(audio_start_ms=10))
     item_id = out[0].item_id  # type: ignore[union-attr]
-    partial = s.engine_event(port.EngineInputTranscript(item_id="", text="hel"))
-    assert partial == [ev.InputTranscriptionDelta(item_id=item_id, delta="hel")]
+    assert s.engine_event(port.EngineInputTranscript(item_id="", text="hello")) == []
+    partial = s.engine_event(port.EngineInputTranscript(item_id="", text="hello there"))
+    assert partial == [ev.InputTranscriptionDelta(item_id=item_id, delta="hello")]
     out = s.engine_event(port.EngineSpeechStopped(audio_end_ms=900))
     assert out == [ev.SpeechStopped(audio_end_ms=900, item_id=item_id)]
     final = s.engine_event(port.EngineInputTranscript(item_id=item_id, text="hello", final=True))
     assert final == [ev.InputTranscriptionCompleted(item_id=item_id, transcript="hello")]
+
+
+def test_partial_hypotheses_become_append_only_deltas() -> None:
+    s = make()
+
+    def partial(text: str) -> list[str]:
+        out = s.engine_event(port.EngineInputTranscript(item_id="item_p", text=text))
+        return [o.delta for o in out]  # type: ignore[union-attr]
+
+    assert partial("east") == []
+    assert partial("please send") == []  # the first word was revised: nothing agreed yet
+    assert partial("please send me") == ["please send"]
+    assert partial("please send me the weather") == [" me"]
+    assert partial("please send me the whether report") == [" the"]
+    assert partial("please sent me") == []  # a revision of words already sent: wait for the final
+    assert partial("please sent me the weather report") == []
+    final = s.engine_event(port.EngineInputTranscript(item_id="item_p", text="Please send me.", final=True))
+    assert final == [ev.InputTranscriptionCompleted(item_id="item_p", transcript="Please send me.")]
 
 
 def test_engine_error_non_fatal_and_fatal() -> None:

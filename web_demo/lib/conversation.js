@@ -57,20 +57,15 @@ export class ConversationView {
   }
 
   /**
-   * A partial transcript. Engines differ: OpenAI sends incremental pieces
-   * (" weather"), streaming recognizers such as pocketsphinx send their whole
-   * current hypothesis ("please send me the"). A piece that starts with
-   * whitespace, or extends what we have, is appended/merged; anything else is
-   * a revised hypothesis and replaces the text. The final transcript replaces
-   * it all anyway, so a wrong guess here only lives for a moment.
+   * A piece of the caller's partial transcript, appended as the Realtime
+   * protocol defines deltas. The final transcript replaces it all, since a
+   * recognizer may still correct words it had settled on.
    */
   callerPartial(itemId, delta) {
     const entry = this.ensure(itemId, 'user');
     if (entry.final || !delta) return;
     entry.li.classList.remove('listening');
-    if (delta.startsWith(entry.value) && entry.value) entry.value = delta;
-    else if (/^\s/.test(delta)) entry.value += delta;
-    else entry.value = delta;
+    entry.value += delta;
     this.render(entry);
   }
 
