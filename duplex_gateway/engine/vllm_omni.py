@@ -62,6 +62,7 @@ __all__ = [
     "decode_audio",
     "keep_root_logging",
     "load_factory",
+    "omni_builder",
 ]
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,28 @@ _PLAYBACK_ERROR_PREFIX = "playback_"
 
 class OmniFactoryError(ValueError):
     """``--omni-factory`` does not name an importable callable."""
+
+
+def omni_builder(
+    factory: str | Callable[[], Any] | None,
+    default: str,
+    *,
+    model: str | None,
+    deploy_config: str | None,
+    trust_remote_code: bool,
+) -> Callable[[], Any]:
+    """What builds the engine object: the ``--omni-factory`` callable, or the ``default``
+    class (``module:Class``) constructed from the model settings."""
+    if callable(factory):
+        return factory
+    if isinstance(factory, str):
+        return load_factory(factory)
+    module_name, _, class_name = default.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    kwargs: dict[str, Any] = {"model": model, "trust_remote_code": trust_remote_code}
+    if deploy_config:
+        kwargs["deploy_config"] = deploy_config
+    return lambda: cls(**kwargs)
 
 
 def load_factory(spec: str) -> Callable[[], Any]:
@@ -563,15 +586,10 @@ class VllmOmniEngine(port.Engine):
         logger.info("vLLM-Omni duplex engine ready: %s", dict(self._caps.as_pairs()))
 
     def _builder(self) -> Callable[[], Any]:
-        if callable(self._factory):
-            return self._factory
-        if isinstance(self._factory, str):
-            return load_factory(self._factory)
-        module = importlib.import_module("vllm_omni.entrypoints.duplex_omni")
-        kwargs: dict[str, Any] = {"model": self._model, "trust_remote_code": self._trust_remote_code}
-        if self._deploy_config:
-            kwargs["deploy_config"] = self._deploy_config
-        return lambda: module.DuplexOmni(**kwargs)
+        return omni_builder(
+            self._factory, "vllm_omni.entrypoints.duplex_omni:DuplexOmni",
+            model=self._model, deploy_config=self._deploy_config, trust_remote_code=self._trust_remote_code,
+        )
 
     async def _warm_audio_encoder(self) -> None:
         # The first encode pays about a second of lazy imports; pay it before the first caller.

@@ -49,7 +49,7 @@ from duplex_gateway.engine.vllm_omni import (
     DEFAULT_OUTPUT_RATE,
     ReplyAudio,
     keep_root_logging,
-    load_factory,
+    omni_builder,
 )
 from duplex_gateway.session_config import SessionConfig
 
@@ -477,15 +477,10 @@ class VllmOmniStreamEngine(port.Engine):
         )
 
     def _builder(self) -> Callable[[], Any]:
-        if callable(self._factory):
-            return self._factory
-        if isinstance(self._factory, str):
-            return load_factory(self._factory)
-        module = importlib.import_module("vllm_omni.entrypoints.async_omni")
-        kwargs: dict[str, Any] = {"model": self._model, "trust_remote_code": self._trust_remote_code}
-        if self._deploy_config:
-            kwargs["deploy_config"] = self._deploy_config
-        return lambda: module.AsyncOmni(**kwargs)
+        return omni_builder(
+            self._factory, "vllm_omni.entrypoints.async_omni:AsyncOmni",
+            model=self._model, deploy_config=self._deploy_config, trust_remote_code=self._trust_remote_code,
+        )
 
     def _resolve_stages(self) -> None:
         omni = self._omni
