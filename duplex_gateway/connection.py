@@ -32,7 +32,6 @@ from duplex_gateway.dialects.realtime import parse_client_event, render_server_e
 from duplex_gateway.engine import port
 from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError
 from duplex_gateway.input_pipeline import InputPipeline
-from duplex_gateway.ratelimit import AudioRateLimiter
 from duplex_gateway.resume import Journal, ResumeRegistry, new_resume_token
 from duplex_gateway.session import (
     AckPlayback,
@@ -175,7 +174,6 @@ class Connection:
             capabilities=engine.capabilities,
             defaults=defaults,
             handshake=handshake,
-            rate_limiter=AudioRateLimiter(factor=limits.input_rate_factor, burst_ms=limits.input_burst_ms),
         )
         self.resume_token = new_resume_token()
         if self._resumes is not None:

@@ -24,7 +24,6 @@ from duplex_gateway import commands as cmd
 from duplex_gateway import events as ev
 from duplex_gateway.engine import port
 from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError
-from duplex_gateway.ratelimit import AudioRateLimiter
 from duplex_gateway.session_config import Modality, SessionConfig
 from duplex_gateway.vad import SpeechPause, SpeechStart, SpeechStop, TurnDetector
 
@@ -196,7 +195,6 @@ class Session:
         capabilities: port.EngineCapabilities,
         defaults: SessionConfig,
         handshake: Handshake,
-        rate_limiter: AudioRateLimiter | None = None,
         new_id: Callable[[str], str] | None = None,
     ) -> None:
         self.session_id = session_id
@@ -211,7 +209,6 @@ class Session:
         self.epoch = 0
         self._engine_open = handshake is Handshake.REALTIME
         self._opening = False
-        self._rate_limiter = rate_limiter
         self._new_id = new_id or _IdFactory()
         self._items: OrderedDict[str, _Item] = OrderedDict()
         self._last_item_id: str | None = None
@@ -332,14 +329,7 @@ class Session:
         if not command.audio:
             raise ProtocolError(ErrorCode.INVALID_VALUE, "audio is empty", param="audio")
         fmt.check_length(len(command.audio))
-        if self._rate_limiter is not None:
-            audio_ms = fmt.duration_ms(len(command.audio))
-            if not self._rate_limiter.admit(audio_ms, now):
-                raise ProtocolError(
-                    ErrorCode.INPUT_RATE_EXCEEDED,
-                    f"audio is arriving faster than {self._rate_limiter.factor:g}x real time; "
-                    "this chunk was dropped",
-                )
+        # Audio is never refused for arriving fast: the connection paces the client with backpressure.
         return [ProcessInput(audio=command.audio)]
 
     def _on_commit(self, command: cmd.InputAudioCommit, now: float) -> list[Output]:

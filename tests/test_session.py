@@ -13,7 +13,6 @@ from duplex_gateway import session as session_module
 from duplex_gateway.audio.format import AudioFormat, Encoding
 from duplex_gateway.engine import port
 from duplex_gateway.errors import CloseCode, ErrorCode
-from duplex_gateway.ratelimit import AudioRateLimiter
 from duplex_gateway.session import (
     AckPlayback,
     AppendAudio,
@@ -119,15 +118,6 @@ def test_append_validates_whole_samples_and_emptiness() -> None:
     assert out[0].code is ErrorCode.INVALID_AUDIO_LENGTH  # type: ignore[union-attr]
     out = s.receive(cmd.InputAudioAppend(audio=b""), now=0)
     assert out[0].code is ErrorCode.INVALID_VALUE  # type: ignore[union-attr]
-
-
-def test_input_faster_than_allowed_is_refused() -> None:
-    s = make(rate_limiter=AudioRateLimiter(factor=1.5, burst_ms=100))
-    assert types(s.receive(cmd.InputAudioAppend(audio=pcm(100)), now=0.0)) == ["ProcessInput"]
-    out = s.receive(cmd.InputAudioAppend(audio=pcm(100)), now=0.01)
-    assert out[0].code is ErrorCode.INPUT_RATE_EXCEEDED  # type: ignore[union-attr]
-    # After enough wall time the bucket refills.
-    assert types(s.receive(cmd.InputAudioAppend(audio=pcm(100)), now=0.2)) == ["ProcessInput"]
 
 
 def test_manual_commit_and_empty_commit() -> None:
