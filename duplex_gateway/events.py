@@ -34,6 +34,7 @@ __all__ = [
     "OutputItemAdded",
     "OutputItemDone",
     "PlaybackAcknowledged",
+    "RateLimitsUpdated",
     "ResponseCreated",
     "ResponseDone",
     "ServerEvent",
@@ -165,6 +166,8 @@ class InputTranscriptionCompleted(ServerEvent):
     item_id: str
     transcript: str
     content_index: int = 0
+    #: The length of the transcribed audio: OpenAI reports it as the transcription's usage.
+    audio_ms: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -266,8 +269,19 @@ class ResponseDone(ServerEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RateLimitsUpdated(ServerEvent):
+    """Sent after every ``response.done``, as vLLM-Omni does: clients sequence on it.
+
+    The gateway enforces no token or request quota, so the list is empty.
+    """
+
+    type: ClassVar[str] = "rate_limits.updated"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OutputAudioCleared(ServerEvent):
     type: ClassVar[str] = "output_audio_buffer.cleared"
+    #: The reply whose audio was cleared; None when none was in progress.
     response_id: str | None
 
 

@@ -77,6 +77,7 @@ from duplex_gateway.events import (
     OutputItemAdded,
     OutputItemDone,
     PlaybackAcknowledged,
+    RateLimitsUpdated,
     ResponseCreated,
     ResponseDone,
     ServerEvent,
@@ -343,6 +344,10 @@ def render_server_event(
     """The wire object for ``event``; ``None`` when the dialect has no form for it."""
     if beta and event.type in _GA_ONLY:
         return None
+    if isinstance(event, OutputAudioCleared) and event.response_id is None:
+        # OpenAI's event requires the id of the reply whose audio was cleared; clearing
+        # when no reply is in progress changes nothing, so nothing is announced.
+        return None
     renderer = _RENDERERS.get(type(event))
     if renderer is None:
         raise TypeError(f"no realtime rendering for {type(event).__name__}")
@@ -395,9 +400,8 @@ def _response(
 ) -> JsonObject:
     details: JsonObject | None = None
     if status not in ("completed", "in_progress") or reason is not None:
-        details = {"type": status, "reason": reason}
+        details = {"type": status, "reason": _status_reason(status, reason)}
         if status == "failed":  # OpenAI's ``reason`` only names why a reply stopped early
-            details["reason"] = None
             details["error"] = {"type": "server_error", "code": reason or "engine_error", "message": reason}
     return {
         "object": "realtime.response",
@@ -408,6 +412,24 @@ def _response(
         "usage": None,
         "audio_ms": audio_ms,
     }
+
+
+#: The reasons OpenAI's ``status_details.reason`` may hold, per status; strict clients
+#: (openai-agents) drop a ``response.done`` with any other value.
+_REASONS = {
+    "cancelled": ("turn_detected", "client_cancelled"),
+    "incomplete": ("max_output_tokens", "content_filter"),
+}
+#: Gateway reasons with an OpenAI equivalent: a reply superseded by the caller's next turn
+#: was ended by turn detection.
+_REASON_ALIASES = {"superseded": "turn_detected"}
+
+
+def _status_reason(status: str, reason: str | None) -> str | None:
+    if reason is None:
+        return None
+    reason = _REASON_ALIASES.get(reason, reason)
+    return reason if reason in _REASONS.get(status, ()) else None
 
 
 def _scoped(event: Any) -> JsonObject:
@@ -468,6 +490,8 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
         "item_id": e.item_id,
         "content_index": e.content_index,
         "transcript": e.transcript,
+        # OpenAI bills whisper-style transcription by audio duration and reports it so.
+        "usage": {"type": "duration", "seconds": round(e.audio_ms / 1000, 3)},
     },
     ResponseCreated: lambda e, beta, sid: {
         "response_id": e.response_id,
@@ -502,6 +526,7 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
     TextDelta: lambda e, beta, sid: {**_scoped(e), "delta": e.delta},
     TextDone: lambda e, beta, sid: {**_scoped(e), "text": e.text},
     OutputAudioCleared: lambda e, beta, sid: {"response_id": e.response_id},
+    RateLimitsUpdated: lambda e, beta, sid: {"rate_limits": []},
     PlaybackAcknowledged: lambda e, beta, sid: _playback(e, sid),
     HeartbeatAck: lambda e, beta, sid: {"session_id": e.session_id},
     SessionClosed: lambda e, beta, sid: {"session_id": e.session_id, "reason": e.reason},

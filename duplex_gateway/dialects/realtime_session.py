@@ -404,6 +404,22 @@ def _transcription(value: object, param: str) -> bool:
 # ---- SessionConfig -> session object ----
 
 
+#: The beta session object's ``model`` is one of these names (the beta protocol is frozen):
+#: strict beta clients reject any other, so another model name is not shown to them.
+_BETA_MODELS = frozenset(
+    {
+        "gpt-realtime",
+        "gpt-realtime-2025-08-28",
+        "gpt-4o-realtime-preview",
+        "gpt-4o-realtime-preview-2024-10-01",
+        "gpt-4o-realtime-preview-2024-12-17",
+        "gpt-4o-realtime-preview-2025-06-03",
+        "gpt-4o-mini-realtime-preview",
+        "gpt-4o-mini-realtime-preview-2024-12-17",
+    }
+)
+
+
 def session_payload(
     config: SessionConfig,
     *,
@@ -419,7 +435,7 @@ def session_payload(
         payload = {
             "id": session_id,
             "object": "realtime.session",
-            "model": config.model,
+            "model": config.model if config.model in _BETA_MODELS else None,
             "instructions": config.instructions,
             "modalities": modalities,
             "voice": config.voice,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ast
 import base64
+import dataclasses
 import inspect
 import json
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ from duplex_gateway.events import (
     OutputItemAdded,
     OutputItemDone,
     PlaybackAcknowledged,
+    RateLimitsUpdated,
     ResponseCreated,
     ResponseDone,
     ServerEvent,
@@ -88,6 +89,7 @@ from duplex_gateway.session_config import (
     TurnDetection,
     TurnDetectionMode,
 )
+from tests.sdk_models import EXTENSION_EVENTS, validate_server_event
 
 MAX = 1 << 20
 PCM16 = Encoding.PCM16
@@ -956,6 +958,8 @@ SAMPLES: list[ServerEvent] = [
     SessionCreated(
         session_id="sess_1", config=CONFIG, capabilities=(("barge_in", True), ("rates", (16000, 24000)))
     ),
+    # The defaults a client gets before any session.update, with the gateway's own model name.
+    SessionCreated(session_id="sess_1", config=SessionConfig()),
     SessionResumed(session_id="sess_1", config=CONFIG, resume_token="tok"),
     SessionUpdated(session_id="sess_1", config=CONFIG),
     SpeechStarted(audio_start_ms=100, item_id="item_u"),
@@ -968,7 +972,8 @@ SAMPLES: list[ServerEvent] = [
     ConversationItemDeleted(item_id="item_t"),
     ConversationItemRetrieved(item=USER_TEXT),
     InputTranscriptionDelta(item_id="item_u", delta="hel"),
-    InputTranscriptionCompleted(item_id="item_u", transcript="hello"),
+    InputTranscriptionCompleted(item_id="item_u", transcript="hello", audio_ms=1840),
+    InputTranscriptionCompleted(item_id="item_u", transcript=""),
     ResponseCreated(response_id="resp_1"),
     OutputItemAdded(response_id="resp_1", output_index=0, item=ASSISTANT_OPEN),
     ContentPartAdded(
@@ -985,7 +990,12 @@ SAMPLES: list[ServerEvent] = [
     ResponseDone(response_id="resp_1", status="completed", output=(ASSISTANT,), audio_ms=1200),
     ResponseDone(response_id="resp_2", status="cancelled", reason="turn_detected", output=(ASSISTANT_TEXT,)),
     ResponseDone(response_id="resp_3", status="failed", reason="engine_error"),
+    ResponseDone(response_id="resp_4", status="cancelled", reason="superseded"),
+    ResponseDone(response_id="resp_5", status="cancelled", reason="no caller audio"),
+    ResponseDone(response_id="resp_6", status="failed", reason="no caller audio"),
+    RateLimitsUpdated(),
     OutputAudioCleared(response_id="resp_1"),
+    OutputAudioCleared(response_id=None),
     PlaybackAcknowledged(response_id="resp_1", played_ms=500, produced_ms=1200),
     HeartbeatAck(session_id="sess_1"),
     SessionClosed(session_id="sess_1", reason="client_close"),
@@ -1018,7 +1028,9 @@ def test_samples_cover_every_server_event_class() -> None:
 def test_envelope_and_json(event: ServerEvent, beta: bool) -> None:
     wire = render(event, beta=beta, seq=41)
     if wire is None:
-        assert beta and isinstance(event, ConversationItemDone)
+        assert (beta and isinstance(event, ConversationItemDone)) or event == OutputAudioCleared(
+            response_id=None
+        )
         return
     assert wire["event_id"] == "evt_41"
     assert wire["server_event_seq"] == 41
@@ -1026,47 +1038,74 @@ def test_envelope_and_json(event: ServerEvent, beta: bool) -> None:
     assert json.loads(json.dumps(wire)) == wire
 
 
-def _sdk_classes(union: Any) -> dict[str, type[pydantic.BaseModel]]:
-    args = typing.get_args(union)
-    if args and typing.get_origin(args[0]) is typing.Union:
-        args = typing.get_args(args[0])
-    out = {}
-    for cls in args:
-        out[typing.get_args(cls.model_fields["type"].annotation)[0]] = cls
-    return out
-
-
-def _ga_sdk() -> dict[str, type[pydantic.BaseModel]]:
-    from openai.types.realtime.realtime_server_event import RealtimeServerEvent
-
-    return _sdk_classes(RealtimeServerEvent)
-
-
-def _beta_sdk() -> dict[str, type[pydantic.BaseModel]]:
-    from openai.types.beta.realtime.realtime_server_event import RealtimeServerEvent
-
-    return _sdk_classes(RealtimeServerEvent)
-
-
-_EXTENSIONS = {"playback.acknowledged", "session.heartbeat_ack", "session.closed", "session.resumed"}
-# Fields the official models require that the gateway cannot know.
-_SDK_FILL = {
-    "conversation.item.input_audio_transcription.completed": {"usage": {"type": "duration", "seconds": 1.0}}
-}
-
-
 @pytest.mark.parametrize("beta", [False, True])
 @pytest.mark.parametrize("event", SAMPLES, ids=lambda e: type(e).__name__)
 def test_conforms_to_official_sdk_models(event: ServerEvent, beta: bool) -> None:
-    """Every non-extension event validates against the openai SDK's own (GA or beta) model."""
+    """Every event but the vLLM-Omni extensions validates, exactly as rendered, against the
+    openai SDK's (GA or beta) server-event union in strict mode."""
     wire = render(event, beta=beta)
-    if wire is None or wire["type"] in _EXTENSIONS:
+    if wire is None or wire["type"] in EXTENSION_EVENTS:
         return
-    models = _beta_sdk() if beta else _ga_sdk()
-    kind = str(wire["type"])
-    assert kind in models, f"{kind} is not a {'beta' if beta else 'GA'} server event"
-    parsed = models[kind].model_validate({**wire, **_SDK_FILL.get(kind, {})})
-    assert parsed.type == kind  # type: ignore[attr-defined]
+    parsed = validate_server_event(wire, beta=beta)
+    assert parsed.type == wire["type"]  # type: ignore[attr-defined]
+
+
+def test_strict_validation_rejects_what_strict_clients_reject() -> None:
+    """The check above can fail: unknown types and missing or out-of-literal fields do not pass."""
+    for bad in (
+        {"type": "no.such", "event_id": "e"},
+        {"type": "conversation.item.input_audio_transcription.completed", "event_id": "e",
+         "item_id": "i", "content_index": 0, "transcript": "t"},
+        {"type": "output_audio_buffer.cleared", "event_id": "e", "response_id": None},
+        {"type": "response.done", "event_id": "e", "response": {
+            "id": "r", "status": "cancelled", "status_details": {"type": "cancelled", "reason": "superseded"}}},
+        {"type": "rate_limits.updated", "event_id": "e", "rate_limits": "none"},
+    ):
+        with pytest.raises(pydantic.ValidationError):
+            validate_server_event(bad)
+    with pytest.raises(pydantic.ValidationError):
+        validate_server_event(
+            {"type": "session.created", "event_id": "e", "session": {"model": "duplex-gateway"}}, beta=True
+        )
+
+
+def test_transcription_usage_is_the_audio_duration() -> None:
+    wire = ga(InputTranscriptionCompleted(item_id="i", transcript="hey", audio_ms=2345))
+    assert wire["usage"] == {"type": "duration", "seconds": 2.345}
+
+
+def test_rate_limits_updated() -> None:
+    wire = ga(RateLimitsUpdated())
+    assert wire == {"type": "rate_limits.updated", "event_id": "evt_3", "server_event_seq": 3, "rate_limits": []}
+    assert render(RateLimitsUpdated(), beta=True) == wire
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "expected"),
+    [
+        ("cancelled", "turn_detected", "turn_detected"),
+        ("cancelled", "client_cancelled", "client_cancelled"),
+        ("cancelled", "superseded", "turn_detected"),  # the caller's next turn replaced it
+        ("cancelled", "engine says stop", None),
+        ("incomplete", "max_output_tokens", "max_output_tokens"),
+        ("incomplete", "turn_detected", None),
+        ("failed", "no caller audio", None),
+    ],
+)
+def test_response_done_reasons_stay_within_openai_literal(
+    status: str, reason: str, expected: str | None
+) -> None:
+    response = ga(ResponseDone(response_id="r", status=status, reason=reason))["response"]
+    assert isinstance(response, dict)
+    assert response["status_details"]["reason"] == expected
+    if status == "failed":  # the gateway's own words go to the error, where OpenAI puts them
+        assert response["status_details"]["error"]["code"] == reason
+
+
+def test_output_audio_cleared_names_a_reply_or_is_not_sent() -> None:
+    assert ga(OutputAudioCleared(response_id="resp_1"))["response_id"] == "resp_1"
+    assert render(OutputAudioCleared(response_id=None)) is None
+    assert render(OutputAudioCleared(response_id=None), beta=True) is None
 
 
 def test_audio_delta_ga_and_beta() -> None:
@@ -1265,17 +1304,18 @@ def test_simple_ga_events() -> None:
         "content_index": 0,
         "delta": "he",
     }
-    assert ga(InputTranscriptionCompleted(item_id="i", transcript="hey")) == {
+    assert ga(InputTranscriptionCompleted(item_id="i", transcript="hey", audio_ms=1500)) == {
         **base,
         "type": "conversation.item.input_audio_transcription.completed",
         "item_id": "i",
         "content_index": 0,
         "transcript": "hey",
+        "usage": {"type": "duration", "seconds": 1.5},
     }
-    assert ga(OutputAudioCleared(response_id=None)) == {
+    assert ga(OutputAudioCleared(response_id="r")) == {
         **base,
         "type": "output_audio_buffer.cleared",
-        "response_id": None,
+        "response_id": "r",
     }
 
 
@@ -1385,7 +1425,7 @@ def test_session_object_beta() -> None:
     assert wire["session"] == {
         "id": "sess_b",
         "object": "realtime.session",
-        "model": "duplex-gateway",
+        "model": None,  # the beta model field admits only OpenAI's model names
         "instructions": "",
         "modalities": ["audio", "text"],
         "voice": "default",
@@ -1444,9 +1484,16 @@ def test_render_rejects_unknown_event_classes() -> None:
 # round trip: what the gateway says about a session, it accepts back
 
 
+#: The formats OpenAI's models can name: PCM16 only at 24 kHz, G.711 only at 8 kHz. Other
+#: rates and float32 are vLLM-Omni extensions a client gets only by asking for them.
+_OPENAI_FORMATS = (fmt(PCM16, 24000), fmt(Encoding.G711_ULAW, 8000), fmt(Encoding.G711_ALAW, 8000))
+
+
 @st.composite
-def _configs(draw: st.DrawFn) -> SessionConfig:
+def _configs(draw: st.DrawFn, openai_formats: bool = False) -> SessionConfig:
     def audio_format() -> AudioFormat:
+        if openai_formats:
+            return draw(st.sampled_from(_OPENAI_FORMATS))
         return AudioFormat(
             encoding=draw(st.sampled_from(list(Encoding))), rate=draw(st.integers(8000, 48000))
         )
@@ -1487,10 +1534,28 @@ def test_session_object_round_trips(config: SessionConfig, beta: bool) -> None:
     payload = json.loads(
         json.dumps(session_payload(config, session_id="s", beta=beta, capabilities=(("a", 1),)))
     )
+    if beta and payload["model"] is None:  # a name the beta object cannot hold is not echoed
+        config = dataclasses.replace(config, model=SessionConfig().model)
     assert SessionConfig().apply(parse_session_patch(payload)) == config
     command = parse({"type": "session.update", "session": payload})
     assert isinstance(command, SessionUpdate)
     assert SessionConfig().apply(command.session) == config
+
+
+@settings(max_examples=150, deadline=None)
+@given(_configs(openai_formats=True), st.booleans(), st.booleans())
+def test_session_events_conform_for_any_openai_expressible_config(
+    config: SessionConfig, beta: bool, created: bool
+) -> None:
+    """Whatever a client configured in OpenAI's own terms, strict clients accept our echo."""
+    event = (
+        SessionCreated(session_id="sess_h", config=config, capabilities=(("barge_in", True),))
+        if created
+        else SessionUpdated(session_id="sess_h", config=config)
+    )
+    wire = render(event, beta=beta)
+    assert wire is not None
+    validate_server_event(wire, beta=beta)
 
 
 # ---------------------------------------------------------------------------
