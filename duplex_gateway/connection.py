@@ -36,6 +36,7 @@ from duplex_gateway.resume import Journal, ResumeRegistry, new_resume_token
 from duplex_gateway.session import (
     AckPlayback,
     AddItem,
+    DeleteItem,
     AppendAudio,
     BargeInEngine,
     CallerPaused,
@@ -492,7 +493,11 @@ class Connection:
         elif isinstance(call, CallerPaused):
             action = self._caller_paused(engine_session)
         elif isinstance(call, AddItem):
-            action = engine_session.add_item(item_id=call.item_id, role=call.role, text=call.text)
+            action = engine_session.add_item(
+                item_id=call.item_id, role=call.role, text=call.text, previous_item_id=call.previous_item_id
+            )
+        elif isinstance(call, DeleteItem):
+            action = engine_session.delete_item(call.item_id)
         elif isinstance(call, StartResponse):
             action = engine_session.create_response(response_id=call.response_id, instructions=call.instructions)
         elif isinstance(call, CancelResponse):
@@ -523,7 +528,7 @@ class Connection:
 
     async def _commit(self, engine_session: port.EngineSession, call: CommitInput) -> None:
         await self._flush_input(engine_session)
-        await engine_session.commit(item_id=call.item_id, create_response=call.create_response)
+        await engine_session.commit(item_id=call.item_id, response_id=call.response_id)
 
     # -- the send side ------------------------------------------------------------------------
 

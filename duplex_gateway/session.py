@@ -37,6 +37,7 @@ __all__ = [
     "ClearInput",
     "CloseSession",
     "CommitInput",
+    "DeleteItem",
     "EngineCall",
     "Handshake",
     "OpenEngine",
@@ -92,8 +93,10 @@ class AppendAudio(EngineCall):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommitInput(EngineCall):
+    """The caller's turn ``item_id`` is complete; the engine replies as ``response_id`` if set."""
+
     item_id: str
-    create_response: bool
+    response_id: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,6 +114,13 @@ class AddItem(EngineCall):
     item_id: str
     role: str
     text: str
+    #: Where it goes: after this item, at the start for ``"root"``, last when None.
+    previous_item_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteItem(EngineCall):
+    item_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,18 +167,34 @@ Output = ev.ServerEvent | EngineCall
 @dataclass(slots=True)
 class _Item:
     item: ev.ConversationItem
+    previous_id: str | None = None
     response_id: str | None = None
+    #: The audio the item holds: a reply's produced so far, a caller turn's committed.
     produced_ms: float = 0.0
     heard_ms: float | None = None
+    #: A reply's transcript deltas, each with the audio produced before it (ms).
+    spoken: tuple[tuple[float, str], ...] = ()
+
+
+class _Phase(enum.Enum):
+    """Where a reply is in its life; cancel, clear and barge-in work in both."""
+
+    #: Requested of the engine (``response.created`` sent); the engine has not started it.
+    REQUESTED = "requested"
+    #: The engine started it: its assistant item exists and output may flow.
+    STREAMING = "streaming"
 
 
 @dataclass(slots=True)
 class _Response:
     id: str
-    item_id: str
     modalities: tuple[Modality, ...]
+    phase: _Phase = _Phase.REQUESTED
+    item_id: str | None = None
     audio_ms: float = 0.0
-    transcript: list[str] = field(default_factory=list)
+    #: Transcript deltas with the reply audio produced when each arrived, so a
+    #: truncated reply keeps the words the caller heard.
+    transcript: list[tuple[float, str]] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
 
     @property
@@ -212,9 +238,8 @@ class Session:
         self._new_id = new_id or _IdFactory()
         self._items: OrderedDict[str, _Item] = OrderedDict()
         self._last_item_id: str | None = None
+        #: The one reply in progress, from the moment it is requested until it is done.
         self._response: _Response | None = None
-        self._pending_response_id: str | None = None
-        self._pending_modalities: tuple[Modality, ...] | None = None
         # Per caller item: (words already sent as deltas, the engine's last hypothesis).
         self._partials: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self._fenced: deque[str] = deque(maxlen=MAX_FENCED_IDS)
@@ -264,7 +289,7 @@ class Session:
 
     @property
     def response_active(self) -> bool:
-        return self._response is not None or self._pending_response_id is not None
+        return self._response is not None
 
     def _make_detector(self) -> TurnDetector | None:
         td = self.config.turn_detection
@@ -359,11 +384,11 @@ class Session:
                 ErrorCode.RESPONSE_ALREADY_ACTIVE,
                 f"response {self._active_id()} is still in progress; cancel it first",
             )
-        response_id = self._new_id("resp")
-        self._pending_response_id = response_id
-        modalities = command.output_modalities or self.config.output_modalities
-        self._pending_modalities = modalities
-        return [StartResponse(response_id=response_id, instructions=command.instructions)]
+        response = self._request_response(command.output_modalities or self.config.output_modalities)
+        return [
+            StartResponse(response_id=response.id, instructions=command.instructions),
+            ev.ResponseCreated(response_id=response.id),
+        ]
 
     def _on_response_cancel(self, command: cmd.ResponseCancel, now: float) -> list[Output]:
         active = self._active_id()
@@ -392,11 +417,20 @@ class Session:
         item_id = command.item_id or self._new_id("item")
         if item_id in self._items:
             raise ProtocolError(ErrorCode.INVALID_VALUE, f"item {item_id} already exists", param="item.id")
+        after = command.previous_item_id
+        if after is not None and after != "root" and after not in self._items:
+            raise ProtocolError(
+                ErrorCode.ITEM_NOT_FOUND, f"no item {after} to insert after", param="previous_item_id"
+            )
         content_type = "input_text" if command.role != "assistant" else "output_text"
         item = ev.ConversationItem(id=item_id, role=command.role, content_type=content_type, text=command.text)
-        previous = self._remember(_Item(item=item))
+        record = _Item(item=item)
+        if after is None:
+            previous = self._remember(record)
+        else:
+            previous = self._insert(record, None if after == "root" else after)
         return [
-            AddItem(item_id=item_id, role=command.role, text=command.text),
+            AddItem(item_id=item_id, role=command.role, text=command.text, previous_item_id=after),
             ev.ConversationItemAdded(item=item, previous_item_id=previous),
             ev.ConversationItemDone(item=item, previous_item_id=previous),
         ]
@@ -407,18 +441,18 @@ class Session:
             raise ProtocolError(
                 ErrorCode.INVALID_VALUE, "assistant items have one content part (index 0)", param="content_index"
             )
-        if command.audio_end_ms < 0 or command.audio_end_ms > record.produced_ms + 1.0:
+        if command.audio_end_ms < 0:
             raise ProtocolError(
-                ErrorCode.AUDIO_END_OUT_OF_RANGE,
-                f"audio_end_ms {command.audio_end_ms} is beyond the {int(record.produced_ms)} ms "
-                f"of audio item {command.item_id} holds",
-                param="audio_end_ms",
+                ErrorCode.AUDIO_END_OUT_OF_RANGE, "audio_end_ms must not be negative", param="audio_end_ms"
             )
+        # As OpenAI does: a point past the audio produced means all of it was heard.
         heard = min(float(command.audio_end_ms), record.produced_ms)
         record.heard_ms = heard
         outputs: list[Output] = []
         if self._response is not None and self._response.item_id == command.item_id:
             outputs.extend(self._cancel("client_cancelled"))
+        else:
+            record.item = replace(record.item, transcript=_heard_words(record, heard))
         assert record.response_id is not None
         outputs.append(AckPlayback(response_id=record.response_id, played_ms=int(heard)))
         outputs.append(
@@ -427,9 +461,22 @@ class Session:
         return outputs
 
     def _on_item_delete(self, command: cmd.ConversationItemDelete, now: float) -> list[Output]:
-        if self._items.pop(command.item_id, None) is None:
-            raise ProtocolError(ErrorCode.ITEM_NOT_FOUND, f"no item {command.item_id}", param="item_id")
-        return [ev.ConversationItemDeleted(item_id=command.item_id)]
+        item_id = command.item_id
+        if item_id not in self._items:
+            raise ProtocolError(ErrorCode.ITEM_NOT_FOUND, f"no item {item_id}", param="item_id")
+        outputs: list[Output] = []
+        if self._response is not None and self._response.item_id == item_id:
+            # The reply being spoken loses its item: it cannot go on.
+            outputs.extend(self._cancel("client_cancelled"))
+        record = self._items.pop(item_id)
+        # The conversation closes over the gap.
+        for other in self._items.values():
+            if other.previous_id == item_id:
+                other.previous_id = record.previous_id
+        if self._last_item_id == item_id:
+            self._last_item_id = next(reversed(self._items), None)
+        outputs += [DeleteItem(item_id=item_id), ev.ConversationItemDeleted(item_id=item_id)]
+        return outputs
 
     def _on_item_retrieve(self, command: cmd.ConversationItemRetrieve, now: float) -> list[Output]:
         record = self._items.get(command.item_id)
@@ -530,18 +577,26 @@ class Session:
     def _commit_turn(self, *, create_response: bool) -> list[Output]:
         item_id = self._speech_item_id or self._new_id("item")
         self._speech_item_id = None
-        self._buffered_ms = 0.0
+        turn_ms, self._buffered_ms = self._buffered_ms, 0.0
         item = ev.ConversationItem(id=item_id, role="user", content_type="input_audio")
-        previous = self._remember(_Item(item=item))
+        previous = self._remember(_Item(item=item, produced_ms=turn_ms))
+        response = self._request_response(self.config.output_modalities) if create_response else None
         outputs: list[Output] = [
-            CommitInput(item_id=item_id, create_response=create_response),
+            CommitInput(item_id=item_id, response_id=response.id if response else None),
             ev.InputAudioCommitted(item_id=item_id, previous_item_id=previous),
             ev.ConversationItemAdded(item=item, previous_item_id=previous),
             ev.ConversationItemDone(item=item, previous_item_id=previous),
         ]
-        if create_response:
-            self._pending_modalities = self.config.output_modalities
+        if response is not None:
+            outputs.append(ev.ResponseCreated(response_id=response.id))
         return outputs
+
+    def _request_response(self, modalities: tuple[Modality, ...]) -> _Response:
+        """A new reply, owned from now on: cancel, clear and barge-in reach it before the engine starts it."""
+        assert self._response is None
+        response = _Response(id=self._new_id("resp"), modalities=modalities)
+        self._response = response
+        return response
 
     # -- engine events -----------------------------------------------------------------
 
@@ -574,7 +629,8 @@ class Session:
                 record = self._items.get(item_id)
                 if record is not None:
                     record.item = replace(record.item, transcript=event.text)
-                return [ev.InputTranscriptionCompleted(item_id=item_id, transcript=event.text)]
+                audio_ms = record.produced_ms if record is not None else 0.0
+                return [ev.InputTranscriptionCompleted(item_id=item_id, transcript=event.text, audio_ms=audio_ms)]
             return self._partial_transcript(item_id, event.text)
         if isinstance(event, port.EngineError):
             outputs: list[Output] = [
@@ -612,29 +668,36 @@ class Session:
     def _response_started(self, response_id: str) -> list[Output]:
         if response_id in self._fenced:
             return []
+        response = self._response
+        if response is not None and response.id == response_id:
+            return self._open_reply_item(response) if response.phase is _Phase.REQUESTED else []
         outputs: list[Output] = []
-        if self._response is not None:
-            # The engine moved on without finishing the last one; close it out.
-            outputs.extend(self._finish("cancelled", "superseded"))
-        modalities = self._pending_modalities or self.config.output_modalities
-        self._pending_modalities = None
-        self._pending_response_id = None
-        item_id = self._new_id("item")
-        response = _Response(id=response_id, item_id=item_id, modalities=modalities)
+        if response is not None:
+            # The engine moved on to a reply of its own: stop the one it left behind.
+            outputs.extend(self._cancel("superseded"))
+        # A reply the engine started by itself (its own turn detection).
+        response = _Response(id=response_id, modalities=self.config.output_modalities)
         self._response = response
+        outputs.append(ev.ResponseCreated(response_id=response_id))
+        outputs.extend(self._open_reply_item(response))
+        return outputs
+
+    def _open_reply_item(self, response: _Response) -> list[Output]:
+        """The engine started ``response``: its assistant item comes into the conversation."""
+        response.phase = _Phase.STREAMING
+        item_id = self._new_id("item")
+        response.item_id = item_id
         content_type = "audio" if response.part_type == "audio" else "text"
         item = ev.ConversationItem(id=item_id, role="assistant", status="in_progress", content_type=content_type)
-        previous = self._remember(_Item(item=item, response_id=response_id))
-        outputs += [
-            ev.ResponseCreated(response_id=response_id),
-            ev.OutputItemAdded(response_id=response_id, output_index=0, item=item),
+        previous = self._remember(_Item(item=item, response_id=response.id))
+        return [
+            ev.OutputItemAdded(response_id=response.id, output_index=0, item=item),
             ev.ConversationItemAdded(item=item, previous_item_id=previous),
             ev.ContentPartAdded(
-                response_id=response_id, item_id=item_id, output_index=0, content_index=0,
+                response_id=response.id, item_id=item_id, output_index=0, content_index=0,
                 part_type=response.part_type,
             ),
         ]
-        return outputs
 
     def _response_output(
         self, event: port.EngineAudio | port.EngineTranscript | port.EngineText
@@ -642,52 +705,55 @@ class Session:
         response = self._response
         if response is None or response.id != event.response_id:
             return []  # the epoch fence: nothing of a cancelled reply gets through
+        outputs: list[Output] = []
+        if response.item_id is None:  # output before the engine announced the reply
+            outputs.extend(self._open_reply_item(response))
         rid, iid = response.id, response.item_id
+        assert iid is not None
         if isinstance(event, port.EngineAudio):
             if response.part_type != "audio" or not event.pcm:
-                return []
+                return outputs
             ms = len(event.pcm) * 1000.0 / (2 * self.capabilities.output_rate)
             response.audio_ms += ms
-            self._items[iid].produced_ms = response.audio_ms
-            return [ev.AudioDelta(response_id=rid, item_id=iid, audio=event.pcm, rate=self.capabilities.output_rate)]
-        if isinstance(event, port.EngineTranscript) and response.part_type == "audio":
-            response.transcript.append(event.delta)
-            return [ev.TranscriptDelta(response_id=rid, item_id=iid, delta=event.delta)]
-        response.text.append(event.delta)
-        return [ev.TextDelta(response_id=rid, item_id=iid, delta=event.delta)]
+            record = self._items.get(iid)
+            if record is not None:
+                record.produced_ms = response.audio_ms
+            outputs.append(
+                ev.AudioDelta(response_id=rid, item_id=iid, audio=event.pcm, rate=self.capabilities.output_rate)
+            )
+        elif isinstance(event, port.EngineTranscript) and response.part_type == "audio":
+            response.transcript.append((response.audio_ms, event.delta))
+            outputs.append(ev.TranscriptDelta(response_id=rid, item_id=iid, delta=event.delta))
+        else:
+            response.text.append(event.delta)
+            outputs.append(ev.TextDelta(response_id=rid, item_id=iid, delta=event.delta))
+        return outputs
 
     # -- ending responses ---------------------------------------------------------------
 
     def _active_id(self) -> str | None:
-        if self._response is not None:
-            return self._response.id
-        return self._pending_response_id
+        return self._response.id if self._response is not None else None
 
     def _interrupt(self) -> list[Output]:
         """The caller spoke over the reply: fence it, tell the engine, close it out."""
         outputs: list[Output] = []
-        if self.response_active:
-            outputs.extend(self._cancel("turn_detected", engine_call=False))
+        response = self._response
+        if response is not None:
+            # A reply the engine has not started yet is cancelled by name: a barge-in
+            # stops what is playing, not what is still being prepared.
+            outputs.extend(self._cancel("turn_detected", engine_call=response.phase is _Phase.REQUESTED))
         outputs.append(BargeInEngine())
         return outputs
 
     def _cancel(self, reason: str, *, engine_call: bool = True) -> list[Output]:
+        response = self._response
+        if response is None:
+            return []
         self.epoch += 1
+        self._fenced.append(response.id)
         outputs: list[Output] = []
-        if self._pending_response_id is not None and self._response is None:
-            rid = self._pending_response_id
-            self._pending_response_id = None
-            self._fenced.append(rid)
-            if engine_call:
-                outputs.append(CancelResponse(response_id=rid))
-            outputs.append(ev.ResponseDone(response_id=rid, status="cancelled", reason=reason))
-            return outputs
-        if self._response is None:
-            return outputs
-        rid = self._response.id
-        self._fenced.append(rid)
         if engine_call:
-            outputs.append(CancelResponse(response_id=rid))
+            outputs.append(CancelResponse(response_id=response.id))
         outputs.extend(self._finish("cancelled", reason))
         return outputs
 
@@ -696,10 +762,16 @@ class Session:
         assert response is not None
         self._response = None
         rid, iid = response.id, response.item_id
+        if iid is None:  # ended before the engine started it: no output item exists
+            return [ev.ResponseDone(response_id=rid, status=status, reason=reason)]
         item_status = "completed" if status == "completed" else "incomplete"
-        transcript = "".join(response.transcript)
-        text = "".join(response.text)
         record = self._items.get(iid)
+        if record is not None:
+            record.spoken = tuple(response.transcript)
+            transcript = _heard_words(record, record.heard_ms)
+        else:
+            transcript = "".join(delta for _, delta in response.transcript)
+        text = "".join(response.text)
         item = ev.ConversationItem(
             id=iid,
             role="assistant",
@@ -722,7 +794,7 @@ class Session:
                 transcript=transcript if response.part_type == "audio" else text,
             ),
             ev.OutputItemDone(response_id=rid, output_index=0, item=item),
-            ev.ConversationItemDone(item=item, previous_item_id=None),
+            ev.ConversationItemDone(item=item, previous_item_id=record.previous_id if record else None),
             ev.ResponseDone(
                 response_id=rid, status=status, reason=reason, output=(item,), audio_ms=int(response.audio_ms)
             ),
@@ -758,12 +830,28 @@ class Session:
     # -- conversation items ----------------------------------------------------------------
 
     def _remember(self, record: _Item) -> str | None:
+        """Add ``record`` at the end of the conversation; returns the item before it."""
         previous = self._last_item_id
+        record.previous_id = previous
         self._items[record.item.id] = record
         self._last_item_id = record.item.id
         while len(self._items) > MAX_ITEMS:
             self._items.popitem(last=False)
         return previous
+
+    def _insert(self, record: _Item, after: str | None) -> str | None:
+        """Add ``record`` right after item ``after`` (None: at the start); returns ``after``."""
+        ordered = list(self._items.items())
+        position = 0 if after is None else next(i for i, (key, _) in enumerate(ordered) if key == after) + 1
+        record.previous_id = after
+        ordered.insert(position, (record.item.id, record))
+        if position < len(ordered) - 1:
+            ordered[position + 1][1].previous_id = record.item.id
+        self._items = OrderedDict(ordered)
+        self._last_item_id = ordered[-1][0]
+        while len(self._items) > MAX_ITEMS:
+            self._items.popitem(last=False)
+        return after
 
     def _assistant_item(self, item_id: str) -> _Item:
         record = self._items.get(item_id)
@@ -788,6 +876,13 @@ class Session:
     @staticmethod
     def _error(exc: ProtocolError) -> ev.ErrorEvent:
         return ev.ErrorEvent(code=exc.code, message=exc.message, event_id=exc.event_id, param=exc.param)
+
+
+def _heard_words(record: _Item, heard_ms: float | None) -> str:
+    """The reply's transcript up to what the caller heard: the words whose audio had begun."""
+    if heard_ms is None:
+        return "".join(delta for _, delta in record.spoken)
+    return "".join(delta for at_ms, delta in record.spoken if at_ms < heard_ms)
 
 
 Session._handlers = {

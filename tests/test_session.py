@@ -130,7 +130,7 @@ def test_manual_commit_and_empty_commit() -> None:
         "CommitInput", "input_audio_buffer.committed", "conversation.item.added", "conversation.item.done",
     ]
     commit = out[0]
-    assert isinstance(commit, CommitInput) and commit.create_response is False
+    assert isinstance(commit, CommitInput) and commit.response_id is None
     assert out[1].item_id == commit.item_id  # type: ignore[union-attr]
 
 
@@ -138,8 +138,11 @@ def test_commit_may_ask_for_the_reply_itself() -> None:
     s = make()
     s.input_processed(pcm(200), 200.0)
     out = s.receive(cmd.InputAudioCommit(create_response=True), now=0)
-    assert isinstance(out[0], CommitInput) and out[0].create_response is True
-    start_response(s)
+    commit = out[0]
+    assert isinstance(commit, CommitInput) and commit.response_id is not None
+    # The reply is the session's from the commit on: announced at once, under the id the engine is given.
+    assert types(out)[-1] == "response.created" and out[-1].response_id == commit.response_id  # type: ignore[union-attr]
+    start_response(s, commit.response_id)
     s.input_processed(pcm(200), 200.0)
     out = s.receive(cmd.InputAudioCommit(create_response=True, event_id="c2"), now=0)
     assert out[0].code is ErrorCode.RESPONSE_ALREADY_ACTIVE and out[0].event_id == "c2"  # type: ignore[union-attr]
@@ -175,12 +178,13 @@ def test_server_vad_turn_starts_with_prefix_padding_and_commits_after_silence() 
     assert "input_audio_buffer.speech_stopped" in types(out)
     # The engine hears of the pause first, so it can start on the turn before it ends.
     assert types(out).index("CallerPaused") < types(out).index("input_audio_buffer.speech_stopped")
-    assert types(out)[-4:] == [
+    assert types(out)[-5:] == [
         "CommitInput", "input_audio_buffer.committed", "conversation.item.added", "conversation.item.done",
+        "response.created",
     ]
     stopped = only(out, ev.SpeechStopped)[0]
     assert stopped.item_id == started.item_id  # type: ignore[union-attr]
-    assert only(out, CommitInput)[0].create_response is True
+    assert only(out, CommitInput)[0].response_id == out[-1].response_id  # type: ignore[union-attr]
 
 
 def test_speech_during_reply_barges_in_and_fences_stale_audio() -> None:
@@ -219,10 +223,9 @@ def test_response_lifecycle_event_order() -> None:
     out = s.receive(cmd.ResponseCreate(), now=0)
     assert isinstance(out[0], StartResponse)
     rid = out[0].response_id
+    assert types(out) == ["StartResponse", "response.created"] and out[1].response_id == rid  # type: ignore[union-attr]
     out = start_response(s, rid)
-    assert types(out) == [
-        "response.created", "response.output_item.added", "conversation.item.added", "response.content_part.added",
-    ]
+    assert types(out) == ["response.output_item.added", "conversation.item.added", "response.content_part.added"]
     assert types(audio(s, 40, rid)) == ["response.output_audio.delta"]
     assert types(s.engine_event(port.EngineTranscript(response_id=rid, delta="hi"))) == [
         "response.output_audio_transcript.delta"
@@ -309,7 +312,9 @@ def test_engine_starting_a_new_response_closes_the_old_one() -> None:
     s = make()
     start_response(s, "a")
     out = start_response(s, "b")
-    assert types(out)[:6][-1] == "response.done"
+    # The reply left behind is stopped in the engine too, not only closed out here.
+    assert out[0] == CancelResponse(response_id="a")
+    assert types(out)[6:8] == ["response.done", "response.created"]
     assert types(audio(s, 20, "b")) == ["response.output_audio.delta"]
     assert audio(s, 20, "a") == []
 
@@ -346,7 +351,13 @@ def test_truncate_within_and_beyond_produced_audio() -> None:
         AckPlayback(response_id="resp_1", played_ms=300),
         ev.ConversationItemTruncated(item_id=item_id, content_index=0, audio_end_ms=300),
     ]
+    # Beyond the audio produced: clamped to all of it, as OpenAI does.
     out = s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=800), now=0)
+    assert out == [
+        AckPlayback(response_id="resp_1", played_ms=500),
+        ev.ConversationItemTruncated(item_id=item_id, content_index=0, audio_end_ms=500),
+    ]
+    out = s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=-1), now=0)
     assert out[0].code is ErrorCode.AUDIO_END_OUT_OF_RANGE and out[0].param == "audio_end_ms"  # type: ignore[union-attr]
     out = s.receive(cmd.ConversationItemTruncate(item_id="missing", content_index=0, audio_end_ms=1), now=0)
     assert out[0].code is ErrorCode.ITEM_NOT_FOUND  # type: ignore[union-attr]
@@ -371,7 +382,7 @@ def test_item_create_retrieve_delete() -> None:
     assert types(out) == ["AddItem", "conversation.item.added", "conversation.item.done"]
     out = s.receive(cmd.ConversationItemRetrieve(item_id="i1"), now=0)
     assert out[0].item.text == "hello"  # type: ignore[union-attr]
-    assert types(s.receive(cmd.ConversationItemDelete(item_id="i1"), now=0)) == ["conversation.item.deleted"]
+    assert types(s.receive(cmd.ConversationItemDelete(item_id="i1"), now=0)) == ["DeleteItem", "conversation.item.deleted"]
     assert s.receive(cmd.ConversationItemDelete(item_id="i1"), now=0)[0].code is ErrorCode.ITEM_NOT_FOUND  # type: ignore[union-attr]
     dup = s.receive(cmd.ConversationItemCreate(item_id=None, role="robot", text="x"), now=0)
     assert dup[0].code is ErrorCode.INVALID_VALUE  # type: ignore[union-attr]
@@ -498,3 +509,144 @@ def test_shutdown_closes_with_going_away() -> None:
     assert types(out)[-3:] == ["response.done", "session.closed", "CloseSession"]
     assert out[-1].code is CloseCode.GOING_AWAY  # type: ignore[union-attr]
     assert s.shut_down() == []
+
+
+# -- a reply is the session's from the moment it is requested ---------------------------
+
+
+def requested_by_vad_turn(s: Session) -> str:
+    """Speak one VAD turn; returns the id of the reply its end requested."""
+    feed(s, 0, 320, 0.95)
+    out = feed(s, 320, 320, 0.01)
+    created = only(out, ev.ResponseCreated)
+    assert len(created) == 1 and only(out, CommitInput)[0].response_id == created[0].response_id
+    return created[0].response_id
+
+
+def test_cancel_of_a_requested_reply_before_the_engine_starts_it() -> None:
+    s = make(VAD)
+    rid = requested_by_vad_turn(s)
+    out = s.receive(cmd.ResponseCancel(), now=0)
+    assert out[0] == CancelResponse(response_id=rid)
+    assert types(out)[1:] == ["response.done"] and out[1].status == "cancelled"  # type: ignore[union-attr]
+    assert out[1].output == ()  # type: ignore[union-attr]
+    # Whatever the engine still announces for it stays out.
+    assert start_response(s, rid) == [] and audio(s, 20, rid) == []
+
+
+def test_output_audio_clear_cancels_a_requested_reply() -> None:
+    s = make(VAD)
+    rid = requested_by_vad_turn(s)
+    out = s.receive(cmd.OutputAudioClear(), now=0)
+    assert out[0] == CancelResponse(response_id=rid)
+    assert types(out)[1:] == ["response.done", "output_audio_buffer.cleared"]
+    assert out[-1].response_id == rid  # type: ignore[union-attr]
+
+
+def test_caller_speech_interrupts_a_requested_reply() -> None:
+    s = make(VAD)
+    rid = requested_by_vad_turn(s)
+    out = feed(s, 640, 320, 0.95)
+    assert types(out)[0] == "input_audio_buffer.speech_started"
+    assert CancelResponse(response_id=rid) in out and BargeInEngine() in out
+    assert only(out, ev.ResponseDone)[0].reason == "turn_detected"
+    assert start_response(s, rid) == []
+
+
+def test_second_turn_while_a_reply_is_requested_asks_for_no_second_reply() -> None:
+    s = make(SessionConfig(turn_detection=TurnDetection(
+        prefix_padding_ms=100, silence_duration_ms=200, interrupt_response=False,
+    )))
+    rid = requested_by_vad_turn(s)
+    feed(s, 640, 320, 0.95)
+    out = feed(s, 960, 320, 0.01)
+    assert only(out, CommitInput)[0].response_id is None
+    assert only(out, ev.ResponseCreated) == [] and only(out, ev.ResponseDone) == []
+    # The first reply is still the one in progress.
+    assert types(start_response(s, rid))[0] == "response.output_item.added"
+
+
+def test_every_response_done_follows_its_response_created() -> None:
+    s = make(VAD)
+    created: set[str] = set()
+    outputs: list[object] = []
+    outputs += feed(s, 0, 320, 0.95) + feed(s, 320, 320, 0.01)
+    outputs += s.receive(cmd.ResponseCancel(), now=0)
+    outputs += s.receive(cmd.ResponseCreate(), now=0)
+    outputs += s.receive(cmd.OutputAudioClear(), now=0)
+    outputs += s.receive(cmd.ResponseCreate(), now=0)
+    outputs += feed(s, 640, 320, 0.95)
+    for event in outputs:
+        if isinstance(event, ev.ResponseCreated):
+            created.add(event.response_id)
+        elif isinstance(event, ev.ResponseDone):
+            assert event.response_id in created
+    assert len(only(outputs, ev.ResponseDone)) == 3
+
+
+# -- items: delete, placement -------------------------------------------------------------
+
+
+def test_deleting_the_assistant_item_mid_reply_cancels_it_and_the_session_lives() -> None:
+    s = make()
+    out = start_response(s)
+    item_id = out[1].item.id  # type: ignore[union-attr]
+    audio(s, 100)
+    out = s.receive(cmd.ConversationItemDelete(item_id=item_id), now=0)
+    assert out[0] == CancelResponse(response_id="resp_1")
+    assert types(out)[-3:] == ["response.done", "DeleteItem", "conversation.item.deleted"]
+    assert audio(s, 100) == [] and not s.closed
+    assert s.engine_event(port.EngineResponseDone(response_id="resp_1")) == []
+    rid = s.receive(cmd.ResponseCreate(), now=0)[0].response_id  # type: ignore[union-attr]
+    start_response(s, rid)
+    assert types(audio(s, 20, rid)) == ["response.output_audio.delta"]
+
+
+def test_item_create_honours_previous_item_id() -> None:
+    s = make()
+    s.receive(cmd.ConversationItemCreate(item_id="a", role="user", text="one"), now=0)
+    s.receive(cmd.ConversationItemCreate(item_id="c", role="user", text="three"), now=0)
+    out = s.receive(cmd.ConversationItemCreate(item_id="b", role="user", text="two", previous_item_id="a"), now=0)
+    assert out[0] == session_module.AddItem(item_id="b", role="user", text="two", previous_item_id="a")
+    assert out[1].previous_item_id == "a"  # type: ignore[union-attr]
+    out = s.receive(cmd.ConversationItemCreate(item_id="z", role="system", text="zero", previous_item_id="root"), now=0)
+    assert out[1].previous_item_id is None  # type: ignore[union-attr]
+    out = s.receive(cmd.ConversationItemCreate(item_id="x", role="user", text="?", previous_item_id="nope"), now=0)
+    assert out[0].code is ErrorCode.ITEM_NOT_FOUND and out[0].param == "previous_item_id"  # type: ignore[union-attr]
+    # A new item without placement still goes last, after "c".
+    out = s.receive(cmd.ConversationItemCreate(item_id="d", role="user", text="four"), now=0)
+    assert out[1].previous_item_id == "c"  # type: ignore[union-attr]
+
+
+def test_assistant_item_knows_the_item_before_it() -> None:
+    s = make()
+    s.receive(cmd.ConversationItemCreate(item_id="u1", role="user", text="hi"), now=0)
+    rid = s.receive(cmd.ResponseCreate(), now=0)[0].response_id  # type: ignore[union-attr]
+    out = start_response(s, rid)
+    assert only(out, ev.ConversationItemAdded)[0].previous_item_id == "u1"
+    out = s.engine_event(port.EngineResponseDone(response_id=rid))
+    assert only(out, ev.ConversationItemDone)[0].previous_item_id == "u1"
+
+
+def test_truncate_keeps_the_transcript_the_caller_heard() -> None:
+    s = make()
+    item_id = start_response(s)[1].item.id  # type: ignore[union-attr]
+    s.engine_event(port.EngineTranscript(response_id="resp_1", delta="Hello there."))
+    audio(s, 400)
+    s.engine_event(port.EngineTranscript(response_id="resp_1", delta=" It is noon."))
+    audio(s, 400)
+    s.engine_event(port.EngineResponseDone(response_id="resp_1"))
+    s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=300), now=0)
+    assert s.receive(cmd.ConversationItemRetrieve(item_id=item_id), now=0)[0].item.transcript == "Hello there."  # type: ignore[union-attr]
+
+
+def test_truncating_the_playing_reply_ends_it_with_the_heard_transcript() -> None:
+    s = make()
+    item_id = start_response(s)[1].item.id  # type: ignore[union-attr]
+    s.engine_event(port.EngineTranscript(response_id="resp_1", delta="One."))
+    audio(s, 400)
+    s.engine_event(port.EngineTranscript(response_id="resp_1", delta=" Two."))
+    audio(s, 400)
+    out = s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=9_000), now=0)
+    assert only(out, ev.ResponseDone)[0].output[0].transcript == "One. Two."
+    assert only(out, AckPlayback) == [AckPlayback(response_id="resp_1", played_ms=800)]

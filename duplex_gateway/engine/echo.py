@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 from collections.abc import AsyncIterator
 
 from duplex_gateway.engine import port
@@ -36,7 +35,6 @@ class EchoSession(port.EngineSession):
         self._events = EngineEventQueue(_EVENT_QUEUE_SIZE)
         self._reply: asyncio.Task[None] | None = None
         self._reply_id: str | None = None
-        self._ids = itertools.count(1)
         self._closed = False
 
     async def append_audio(self, pcm: bytes) -> None:
@@ -45,13 +43,13 @@ class EchoSession(port.EngineSession):
         if overflow > 0:  # a monologue: keep its most recent max_turn_s
             del self._turn[: overflow + (overflow & 1)]
 
-    async def commit(self, *, item_id: str, create_response: bool) -> None:
+    async def commit(self, *, item_id: str, response_id: str | None) -> None:
         self._last_turn = bytes(self._turn)
         self._turn.clear()
-        if create_response:
-            await self.create_response(response_id=f"resp_echo_{self._session_id}_{next(self._ids)}", instructions=None)
+        if response_id is not None:
+            await self.create_response(response_id=response_id, instructions=None)
 
-    async def add_item(self, *, item_id: str, role: str, text: str) -> None:
+    async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
         # Text has no audio to echo; the loopback only repeats sound.
         return None
 

@@ -170,12 +170,28 @@ class EngineSession(abc.ABC):
         """Caller audio, PCM16 mono at the engine's input rate."""
 
     @abc.abstractmethod
-    async def commit(self, *, item_id: str, create_response: bool) -> None:
-        """The caller's turn ``item_id`` is complete; reply if ``create_response``."""
+    async def commit(self, *, item_id: str, response_id: str | None) -> None:
+        """The caller's turn ``item_id`` is complete; reply to it as ``response_id`` if one is given.
+
+        The gateway names the reply before the engine starts it, so the reply can be
+        cancelled (:meth:`cancel_response`) at any instant of its life, even before
+        the engine's first event for it.
+        """
 
     @abc.abstractmethod
-    async def add_item(self, *, item_id: str, role: str, text: str) -> None:
-        """A text message the client added to the conversation."""
+    async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
+        """A text message the client added to the conversation.
+
+        ``previous_item_id`` places it: after that item, first for ``"root"``, last for None.
+        """
+
+    async def delete_item(self, item_id: str) -> None:
+        """The client removed ``item_id`` from the conversation.
+
+        Engines that keep conversation state forget it; the default, for engines
+        that keep none, does nothing.
+        """
+        return
 
     async def caller_paused(self) -> None:
         """Hint: the caller went quiet mid-turn and a commit may follow.

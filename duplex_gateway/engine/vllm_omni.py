@@ -246,6 +246,8 @@ class VllmOmniSession(port.EngineSession):
         self._replies: dict[str, _Reply] = {}
         #: Ids the gateway gave ``response.create`` calls the engine has not answered yet.
         self._pending_ids: deque[str] = deque()
+        #: Text items added under the gateway's ids (the ones a delete can name).
+        self._added_items: set[str] = set()
         self._cancelled_pending: set[str] = set()
         #: Finished replies by engine id, for playback reports that come after them.
         self._finished: dict[str, _Reply] = {}
@@ -267,15 +269,27 @@ class VllmOmniSession(port.EngineSession):
         is_speech = None if self._engine_vad else True
         await self._handle.append_audio(pcm, format="pcm16", sample_rate_hz=self._input_rate, is_speech=is_speech)
 
-    async def commit(self, *, item_id: str, create_response: bool) -> None:
+    async def commit(self, *, item_id: str, response_id: str | None) -> None:
         await self._ack_unreported()
-        await self._handle.commit(final=True, create_response=create_response)
+        if response_id is not None:
+            # vLLM-Omni names the reply it starts for this commit; it is mapped to ours when announced.
+            self._pending_ids.append(response_id)
+        await self._handle.commit(final=True, create_response=response_id is not None)
 
-    async def add_item(self, *, item_id: str, role: str, text: str) -> None:
+    async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
         content_type = "output_text" if role == "assistant" else "input_text"
-        await self._handle.create_item(
-            {"id": item_id, "type": "message", "role": role, "content": [{"type": content_type, "text": text}]}
-        )
+        item = {"id": item_id, "type": "message", "role": role, "content": [{"type": content_type, "text": text}]}
+        if previous_item_id is not None:
+            await self._handle.create_item(item, previous_item_id=previous_item_id)
+        else:
+            await self._handle.create_item(item)
+        self._added_items.add(item_id)
+
+    async def delete_item(self, item_id: str) -> None:
+        # Only items given to the engine under our id can be named to it.
+        if item_id in self._added_items:
+            self._added_items.discard(item_id)
+            await self._handle.delete_item(item_id)
 
     async def clear_input(self) -> None:
         await self._handle.clear_input()

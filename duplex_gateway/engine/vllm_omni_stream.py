@@ -199,12 +199,12 @@ class VllmOmniStreamSession(port.EngineSession):
         if len(self._pending) >= self._chunk_bytes:
             await self._send_pending()
 
-    async def commit(self, *, item_id: str, create_response: bool) -> None:
+    async def commit(self, *, item_id: str, response_id: str | None) -> None:
         await self._send_pending()
-        if create_response:
-            await self._answer(f"resp_{self._input.request_id}" if self._input else None)
+        if response_id is not None:
+            await self._answer(response_id)
 
-    async def add_item(self, *, item_id: str, role: str, text: str) -> None:
+    async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
         logger.info("session %s: the vllm-omni-stream engine takes audio turns only; text item ignored", self._session_id)
 
     async def clear_input(self) -> None:

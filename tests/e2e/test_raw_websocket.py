@@ -263,11 +263,25 @@ async def test_duplex_heartbeat_playback_ack_and_truncate(gw: Gateway) -> None:
                 "event_id": "evt_trunc",
                 "item_id": item_id,
                 "content_index": 0,
-                "audio_end_ms": 5000,
+                "audio_end_ms": 50_000,
+            },
+        )
+        # Past the audio produced: clamped to all of it, as OpenAI does.
+        _, truncated = await log.wait_for("conversation.item.truncated", 5, start=start)
+        assert truncated["audio_end_ms"] == acked["produced_ms"], truncated
+        start = len(log.events)
+        await send_json(
+            ws,
+            {
+                "type": "conversation.item.truncate",
+                "event_id": "evt_trunc",
+                "item_id": item_id,
+                "content_index": 0,
+                "audio_end_ms": -5,
             },
         )
         _, err = await log.wait_for("error", 5, start=start)
-        assert err["error"]["code"] == "invalid_audio_end_ms"
+        assert err["error"]["code"] in ("invalid_audio_end_ms", "invalid_value")
         assert err["error"]["event_id"] == "evt_trunc"
         assert err["error"]["param"] == "audio_end_ms"
         for event, code in (

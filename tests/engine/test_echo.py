@@ -38,7 +38,7 @@ async def test_commit_echoes_the_turn_in_chunks() -> None:
     turn = bytes(range(256)) * 25  # 6400 bytes = 200 ms
     await session.append_audio(turn[:3000])
     await session.append_audio(turn[3000:])
-    await session.commit(item_id="i1", create_response=True)
+    await session.commit(item_id="i1", response_id="resp_for_i1")
     events = await collect(session, port.EngineResponseDone)
     assert isinstance(events[0], port.EngineResponseStarted)
     assert isinstance(events[1], port.EngineTranscript) and "0.2 s" in events[1].delta
@@ -53,7 +53,7 @@ async def test_create_response_repeats_last_turn_with_given_id() -> None:
     engine = await started_engine(pace=0)
     session = await engine.open_session("s1", SessionConfig())
     await session.append_audio(bytes(3200))
-    await session.commit(item_id="i1", create_response=False)
+    await session.commit(item_id="i1", response_id=None)
     await session.create_response(response_id="resp_x", instructions=None)
     events = await collect(session, port.EngineResponseDone)
     assert events[0] == port.EngineResponseStarted(response_id="resp_x")
@@ -65,7 +65,7 @@ async def test_reply_stops_mid_way(how: str) -> None:
     engine = await started_engine(pace=1.0)
     session = await engine.open_session("s1", SessionConfig())
     await session.append_audio(bytes(RATE * 2 * 2))  # 2 s
-    await session.commit(item_id="i1", create_response=True)
+    await session.commit(item_id="i1", response_id="resp_for_i1")
     events: list[port.EngineEvent] = []
     iterator = session.events().__aiter__()
     while sum(isinstance(e, port.EngineAudio) for e in events) < 2:
@@ -107,7 +107,7 @@ async def test_long_monologue_keeps_bounded_memory() -> None:
     session = await engine.open_session("s1", SessionConfig())
     for _ in range(50):
         await session.append_audio(bytes(RATE * 2 // 10))  # 5 s in total
-    await session.commit(item_id="i1", create_response=True)
+    await session.commit(item_id="i1", response_id="resp_for_i1")
     events = await collect(session, port.EngineResponseDone)
     assert sum(len(e.pcm) for e in events if isinstance(e, port.EngineAudio)) == RATE * 2
 

@@ -111,9 +111,9 @@ def test_detect_kind() -> None:
 
 
 def test_commit_asks_a_gateway_for_a_response_and_vllm_omni_through_the_commit() -> None:
-    types = [e["type"] for e in wire(BackendKind.GATEWAY).commit(item_id="i1", create_response=True)]
+    types = [e["type"] for e in wire(BackendKind.GATEWAY).commit(item_id="i1", response_id="resp_for_i1")]
     assert types == ["input_audio_buffer.commit", "response.create"]
-    (commit,) = wire(BackendKind.VLLM_OMNI).commit(item_id="i1", create_response=True)
+    (commit,) = wire(BackendKind.VLLM_OMNI).commit(item_id="i1", response_id="resp_for_i1")
     assert commit["type"] == "input_audio_buffer.commit" and commit["response_create"] is True
 
 
@@ -131,13 +131,19 @@ def test_a_reply_carries_the_gateway_id_and_its_audio_is_resampled() -> None:
     assert events[-1] == port.EngineResponseDone(response_id="resp_gw", status="completed")
 
 
-def test_a_reply_the_backend_names_keeps_its_id() -> None:
+def test_a_reply_a_commit_asks_for_takes_the_gateway_id() -> None:
     w = wire()
-    w.commit(item_id="i1", create_response=True)
-    assert w.receive(created("r1")) == [port.EngineResponseStarted(response_id="r1")]
+    w.commit(item_id="i1", response_id="resp_for_i1")
+    assert w.receive(created("r1")) == [port.EngineResponseStarted(response_id="resp_for_i1")]
     assert w.receive(
         {"type": "response.output_audio_transcript.delta", "response_id": "r1", "delta": "hi"}
-    ) == [port.EngineTranscript(response_id="r1", delta="hi")]
+    ) == [port.EngineTranscript(response_id="resp_for_i1", delta="hi")]
+
+
+def test_a_reply_the_backend_starts_by_itself_keeps_its_id() -> None:
+    w = wire()
+    w.commit(item_id="i1", response_id=None)
+    assert w.receive(created("r1")) == [port.EngineResponseStarted(response_id="r1")]
 
 
 def test_cancelling_a_reply_not_yet_announced_drops_it_and_keeps_later_ids_aligned() -> None:
@@ -179,11 +185,13 @@ def test_errors_about_a_refused_create_or_a_late_cancel() -> None:
         },
     }
     assert w.receive(refusal) == [
-        port.EngineError(code="conversation_already_has_active_response", message="busy")
+        port.EngineError(code="conversation_already_has_active_response", message="busy"),
+        # The gateway's reply "g" will never start: it ends here, so the session is not left waiting.
+        port.EngineResponseDone(response_id="g", status="failed", reason="conversation_already_has_active_response"),
     ]
-    w.commit(item_id="i", create_response=True)
-    assert w.receive(created("r2")) == [port.EngineResponseStarted(response_id="r2")]  # not mistaken for "g"
-    (cancel,) = w.cancel_response("r2")
+    w.commit(item_id="i", response_id="resp_for_i")
+    assert w.receive(created("r2")) == [port.EngineResponseStarted(response_id="resp_for_i")]  # not taken for "g"
+    (cancel,) = w.cancel_response("resp_for_i")
     late = {
         "type": "error",
         "error": {"code": "response_cancel_not_active", "message": "", "event_id": cancel["event_id"]},
@@ -193,7 +201,7 @@ def test_errors_about_a_refused_create_or_a_late_cancel() -> None:
 
 def test_vllm_omni_gets_unreported_playback_acknowledged_before_the_next_turn() -> None:
     w = wire(BackendKind.VLLM_OMNI)
-    w.commit(item_id="i1", create_response=True)
+    w.commit(item_id="i1", response_id="resp_for_i1")
     w.receive(created("r1"))
     w.receive(audio_delta("r1", bytes(4800), metadata={"audio_duration_ms": 100}))
     w.receive(done("r1"))
@@ -203,7 +211,7 @@ def test_vllm_omni_gets_unreported_playback_acknowledged_before_the_next_turn() 
     assert [e["type"] for e in w.append_audio(bytes(320))] == ["input_audio_buffer.append"]
     # A gateway keeps no such ledger.
     g = wire()
-    g.commit(item_id="i1", create_response=True)
+    g.commit(item_id="i1", response_id="resp_for_i1")
     g.receive(created("r1"))
     g.receive(audio_delta("r1", bytes(4800)))
     g.receive(done("r1"))
@@ -212,10 +220,10 @@ def test_vllm_omni_gets_unreported_playback_acknowledged_before_the_next_turn() 
 
 def test_input_transcripts_name_the_gateway_turn() -> None:
     w = wire()
-    (refused,) = w.commit(item_id="item_empty", create_response=False)
+    (refused,) = w.commit(item_id="item_empty", response_id=None)
     error = {"code": "input_audio_buffer_commit_empty", "message": "empty", "event_id": refused["event_id"]}
     assert w.receive({"type": "error", "error": error}) != []  # the client hears of it
-    w.commit(item_id="item_gw", create_response=False)
+    w.commit(item_id="item_gw", response_id=None)
     assert w.receive({"type": "input_audio_buffer.committed", "item_id": "item_b"}) == []
     event = {
         "type": "conversation.item.input_audio_transcription.completed",
@@ -336,7 +344,7 @@ async def say(session: port.EngineSession, pcm: bytes, *, respond: bool = True) 
     """Stream a turn (20 ms chunks, as fast as it goes) and commit it."""
     for offset in range(0, len(pcm), 640):
         await session.append_audio(pcm[offset : offset + 640])
-    await session.commit(item_id=f"item_{time.monotonic_ns()}", create_response=respond)
+    await session.commit(item_id=f"item_{time.monotonic_ns()}", response_id=f"resp_{time.monotonic_ns()}" if respond else None)
 
 
 @pytest.fixture

@@ -110,7 +110,7 @@ async def test_duplex_limits_ids_and_late_cancel(fake_env: Path, monkeypatch: py
         await session.update(SessionConfig(instructions="Be brief.", voice="alloy", speed=1.1))
         # Client-driven reply: the gateway's response id stands for the engine's.
         await send_turn(session)
-        await session.commit(item_id="item_1", create_response=False)
+        await session.commit(item_id="item_1", response_id=None)
         await session.create_response(response_id="resp_gw_1", instructions=None)
         await events.wait(done_of("resp_gw_1"))
         assert events.of(port.EngineResponseStarted)[0].response_id == "resp_gw_1"
@@ -120,7 +120,7 @@ async def test_duplex_limits_ids_and_late_cancel(fake_env: Path, monkeypatch: py
 
         # Cancelled before the engine even created it: nothing of that reply comes out.
         await send_turn(session)
-        await session.commit(item_id="item_2", create_response=False)
+        await session.commit(item_id="item_2", response_id=None)
         await session.create_response(response_id="resp_gw_2", instructions=None)
         await session.cancel_response("resp_gw_2")
         await asyncio.sleep(0.8)
@@ -130,7 +130,7 @@ async def test_duplex_limits_ids_and_late_cancel(fake_env: Path, monkeypatch: py
         # ... and the next turn is answered (auto reply under the engine's own id).
         mark = len(events.items)
         await send_turn(session)
-        await session.commit(item_id="item_3", create_response=True)
+        await session.commit(item_id="item_3", response_id="resp_for_item_3")
         started = await events.wait(
             lambda e: isinstance(e, port.EngineResponseStarted) and events.items.index(e) >= mark
         )
@@ -203,7 +203,7 @@ async def test_stream_delta_outputs_clear_and_no_audio(
 
         # True delta outputs: each chunk is new audio, all of it arrives, once.
         await send_turn(session)
-        await session.commit(item_id="item_1", create_response=True)
+        await session.commit(item_id="item_1", response_id="resp_for_item_1")
         started = await events.wait(lambda e: isinstance(e, port.EngineResponseStarted) and e.response_id != "resp_none")
         assert isinstance(started, port.EngineResponseStarted)
         await events.wait(done_of(started.response_id))
@@ -222,7 +222,7 @@ async def test_stream_delta_outputs_clear_and_no_audio(
 
         # Closing with a reply in flight aborts it.
         await send_turn(session)
-        await session.commit(item_id="item_2", create_response=True)
+        await session.commit(item_id="item_2", response_id="resp_for_item_2")
         await events.wait(lambda e: isinstance(e, port.EngineAudio) and e.response_id != started.response_id)
         mark = len(read_calls(fake_env))
         await session.close("bye")

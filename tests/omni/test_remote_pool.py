@@ -255,7 +255,7 @@ async def test_a_dropped_backend_socket_is_resumed_with_vllm_omnis_journal(backe
             mark = len(events)
             for offset in range(0, len(pcm), 3200):
                 await session.append_audio(pcm[offset : offset + 3200])
-            await session.commit(item_id=f"item_{turn}", create_response=True)
+            await session.commit(item_id=f"item_{turn}", response_id=f"resp_{turn}")
             started = await until(lambda e, m=mark: isinstance(e, port.EngineAudio) and e in events[m:])
             if turn == 0:
                 old = session._ws

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import itertools
 import logging
 import os
 import time
@@ -128,7 +127,6 @@ class EmbeddedSession(port.EngineSession):
         self._session_id = session_id
         self._speed = config.speed
         self._events = EngineEventQueue(_EVENT_QUEUE_SIZE)
-        self._ids = itertools.count(1)
         self._closed = False
         # The turn being spoken: its most recent max_turn_s, as PCM16.
         self._turn = bytearray()
@@ -194,7 +192,7 @@ class EmbeddedSession(port.EngineSession):
         early.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._early = (self._turn_total, early)
 
-    async def commit(self, *, item_id: str, create_response: bool) -> None:
+    async def commit(self, *, item_id: str, response_id: str | None) -> None:
         if self._closed:
             return
         pcm = bytes(self._turn)
@@ -215,11 +213,10 @@ class EmbeddedSession(port.EngineSession):
         self._track(task)
         self._transcribing = task
         self._last_input = task
-        if create_response:
-            response_id = f"resp_embedded_{self._session_id}_{next(self._ids)}"
+        if response_id is not None:
             await self.create_response(response_id=response_id, instructions=None)
 
-    async def add_item(self, *, item_id: str, role: str, text: str) -> None:
+    async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
         if role == "user":
             self._last_input = text  # answered like a heard turn by the next reply
         # Assistant and system items change nothing: the responder is stateless.

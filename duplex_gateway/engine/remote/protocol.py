@@ -193,7 +193,7 @@ def decode_backend_audio(data: bytes, fmt: str | None, rate: int) -> tuple[npt.N
 class _Requested:
     """A reply asked of the backend that it has not announced yet."""
 
-    gateway_id: str | None  # None: the backend names it (a commit that creates a response)
+    gateway_id: str | None  # None: the backend names it
     event_id: str
     cancelled: bool = False
 
@@ -266,6 +266,8 @@ class BackendWire:
         self._finished: OrderedDict[str, _Reply] = OrderedDict()
         #: Commits the backend has not confirmed yet (event id, gateway turn id), and the mapping once it has.
         self._commits: deque[tuple[str, str]] = deque(maxlen=_FINISHED_REMEMBERED)
+        #: Text items sent under the gateway's ids: the ones a delete can name to the backend.
+        self._added_items: set[str] = set()
         self._items: OrderedDict[str, str] = OrderedDict()
         #: Control events sent (event_id -> type), so errors about them can be told apart.
         self._sent: OrderedDict[str, str] = OrderedDict()
@@ -301,31 +303,42 @@ class BackendWire:
         )
         return out
 
-    def commit(self, *, item_id: str, create_response: bool) -> list[JsonObject]:
+    def commit(self, *, item_id: str, response_id: str | None) -> list[JsonObject]:
         out = self._ack_unreported()
         if self.kind is BackendKind.VLLM_OMNI:
-            commit = self._event("input_audio_buffer.commit", final=True, response_create=create_response)
+            commit = self._event("input_audio_buffer.commit", final=True, response_create=response_id is not None)
             self._commits.append((str(commit["event_id"]), item_id))
             out.append(commit)
-            if create_response:
-                self._requested.append(_Requested(gateway_id=None, event_id=str(commit["event_id"])))
+            if response_id is not None:
+                self._requested.append(_Requested(gateway_id=response_id, event_id=str(commit["event_id"])))
             return out
         commit = self._event("input_audio_buffer.commit")
         self._commits.append((str(commit["event_id"]), item_id))
         out.append(commit)
-        if create_response:
+        if response_id is not None:
             create = self._event("response.create", remember=True)
-            self._requested.append(_Requested(gateway_id=None, event_id=str(create["event_id"])))
+            self._requested.append(_Requested(gateway_id=response_id, event_id=str(create["event_id"])))
             out.append(create)
         return out
 
     def clear_input(self) -> list[JsonObject]:
         return [self._event("input_audio_buffer.clear")]
 
-    def add_item(self, *, role: str, text: str) -> list[JsonObject]:
+    def add_item(
+        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None
+    ) -> list[JsonObject]:
         part = "output_text" if role == "assistant" else "input_text"
-        item = {"type": "message", "role": role, "content": [{"type": part, "text": text}]}
-        return [self._event("conversation.item.create", item=item)]
+        item = {"id": item_id, "type": "message", "role": role, "content": [{"type": part, "text": text}]}
+        self._added_items.add(item_id)
+        placement: JsonObject = {"previous_item_id": previous_item_id} if previous_item_id is not None else {}
+        return [self._event("conversation.item.create", item=item, **placement)]
+
+    def delete_item(self, item_id: str) -> list[JsonObject]:
+        """Forget an item the backend holds under our id (the text items we added)."""
+        if item_id not in self._added_items:
+            return []
+        self._added_items.discard(item_id)
+        return [self._event("conversation.item.delete", item_id=item_id)]
 
     def create_response(self, *, response_id: str, instructions: str | None) -> list[JsonObject]:
         out = self._ack_unreported()
@@ -539,11 +552,17 @@ class BackendWire:
 
     def _error(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
         code, message, related = error_fields(event)
+        refused: list[port.EngineEvent] = []
         if related is not None:
             for requested in list(self._requested):
                 if requested.event_id == related:
-                    # The backend refused this reply: it will never be announced.
+                    # The backend refused this reply: it will never be announced, so the
+                    # gateway's reply of that name ends here.
                     self._requested.remove(requested)
+                    if requested.gateway_id is not None and not requested.cancelled:
+                        refused.append(
+                            port.EngineResponseDone(response_id=requested.gateway_id, status="failed", reason=code)
+                        )
             for commit in list(self._commits):
                 if commit[0] == related:
                     self._commits.remove(commit)  # refused: no input_audio_buffer.committed will follow
@@ -555,4 +574,4 @@ class BackendWire:
         if code.startswith("playback_"):
             logger.info("backend playback report refused: %s: %s", code, message)
             return []
-        return [port.EngineError(code=code, message=message or code)]
+        return [port.EngineError(code=code, message=message or code), *refused]

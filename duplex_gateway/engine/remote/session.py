@@ -221,11 +221,14 @@ class RemoteSession(port.EngineSession):
         if pcm:
             await self._send(self._wire.append_audio(pcm))
 
-    async def commit(self, *, item_id: str, create_response: bool) -> None:
-        await self._send(self._wire.commit(item_id=item_id, create_response=create_response))
+    async def commit(self, *, item_id: str, response_id: str | None) -> None:
+        await self._send(self._wire.commit(item_id=item_id, response_id=response_id))
 
-    async def add_item(self, *, item_id: str, role: str, text: str) -> None:
-        await self._send(self._wire.add_item(role=role, text=text))
+    async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
+        await self._send(self._wire.add_item(item_id=item_id, role=role, text=text, previous_item_id=previous_item_id))
+
+    async def delete_item(self, item_id: str) -> None:
+        await self._send(self._wire.delete_item(item_id))
 
     async def clear_input(self) -> None:
         await self._send(self._wire.clear_input())

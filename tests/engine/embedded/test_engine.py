@@ -89,7 +89,7 @@ async def test_a_spoken_turn_is_heard_and_answered(engine: EmbeddedEngine, speec
         await asyncio.sleep(0.3)  # a live caller's pause lets the partial recognizer catch up
         before_commit = list(seen)
         committed = time.perf_counter()
-        await session.commit(item_id="item_1", create_response=True)
+        await session.commit(item_id="item_1", response_id="resp_for_item_1")
         assert time.perf_counter() - committed < 0.2  # transcription runs in the background
         await asyncio.wait_for(reader, 20)
     partials = [e for e in before_commit if isinstance(e, port.EngineInputTranscript)]
@@ -119,7 +119,7 @@ async def test_two_callers_at_once_each_get_their_own_answer(
     async with opened(engine, "caller_a") as first, opened(engine, "caller_b") as second:
         await first.append_audio(speech_pcm)
         await second.add_item(item_id="item_b", role="user", text="What time is it?")
-        await first.commit(item_id="item_a", create_response=True)
+        await first.commit(item_id="item_a", response_id="resp_for_item_a")
         await second.create_response(response_id="resp_b", instructions=None)
         seen_a, seen_b = await asyncio.gather(
             read_until(first.events(), port.EngineResponseDone),
@@ -148,7 +148,7 @@ async def test_commit_then_create_response_answers_the_turn(
 ) -> None:
     async with opened(engine, "late") as session:
         await session.append_audio(speech_pcm)
-        await session.commit(item_id="item_l", create_response=False)
+        await session.commit(item_id="item_l", response_id=None)
         await session.create_response(response_id="resp_l", instructions="ignored by this engine")
         seen = await read_until(session.events(), port.EngineResponseDone)
     assert "weather" in reply_text(seen).lower()
@@ -254,7 +254,7 @@ async def test_no_speech_gets_didnt_catch_that(engine: EmbeddedEngine, kind: str
         pcm = to_pcm16(np.random.default_rng(7).standard_normal(RATE * 2).astype(np.float32) * 0.3)
     async with opened(engine, kind) as session:
         await session.append_audio(pcm)
-        await session.commit(item_id="item_n", create_response=True)
+        await session.commit(item_id="item_n", response_id="resp_for_item_n")
         seen = await read_until(session.events(), port.EngineResponseDone)
     finals = [e for e in seen if isinstance(e, port.EngineInputTranscript) and e.final]
     assert finals == [port.EngineInputTranscript(item_id="item_n", text="", final=True)]
@@ -271,7 +271,7 @@ async def test_clipped_speech_and_odd_chunks_do_not_fail(engine: EmbeddedEngine)
     async with opened(engine, "clipped") as session:
         await session.append_audio(pcm[:3])  # odd sizes, split samples
         await session.append_audio(pcm[3:])
-        await session.commit(item_id="item_c", create_response=True)
+        await session.commit(item_id="item_c", response_id="resp_for_item_c")
         seen = await read_until(session.events(), port.EngineResponseDone)
     assert not any(isinstance(e, port.EngineError) for e in seen)
     assert isinstance(seen[-1], port.EngineResponseDone) and seen[-1].status == "completed"
@@ -279,7 +279,7 @@ async def test_clipped_speech_and_odd_chunks_do_not_fail(engine: EmbeddedEngine)
 
 async def test_commit_without_audio_and_reply_without_input(engine: EmbeddedEngine) -> None:
     async with opened(engine, "empty") as session:
-        await session.commit(item_id="item_e", create_response=False)
+        await session.commit(item_id="item_e", response_id=None)
         await session.create_response(response_id="resp_e", instructions=None)
         seen = await read_until(session.events(), port.EngineResponseDone)
     assert port.EngineInputTranscript(item_id="item_e", text="", final=True) in seen
@@ -290,7 +290,7 @@ async def test_clear_input_drops_the_turn(engine: EmbeddedEngine, speech_pcm: by
     async with opened(engine, "clear") as session:
         await session.append_audio(speech_pcm)
         await session.clear_input()
-        await session.commit(item_id="item_x", create_response=True)
+        await session.commit(item_id="item_x", response_id="resp_for_item_x")
         seen = await read_until(session.events(), port.EngineResponseDone)
     assert port.EngineInputTranscript(item_id="item_x", text="", final=True) in seen
     assert reply_text(seen) == DIDNT_CATCH
@@ -418,7 +418,7 @@ async def test_a_pause_starts_the_transcription_the_commit_reuses(
         await session.caller_paused()
         await session.caller_paused()  # the same pause twice starts nothing new
         await speak(session, bytes(CHUNK * 3), pace_s=0)  # the silence the gateway waits through
-        await session.commit(item_id="item_e", create_response=False)
+        await session.commit(item_id="item_e", response_id=None)
         seen = await read_until(session.events(), port.EngineInputTranscript)
         while not (isinstance(seen[-1], port.EngineInputTranscript) and seen[-1].final):
             seen += await read_until(session.events(), port.EngineInputTranscript)
@@ -436,7 +436,7 @@ async def test_speech_after_the_pause_is_transcribed_afresh(
         await speak(session, speech_pcm[:half], pace_s=0)
         await session.caller_paused()
         await speak(session, speech_pcm[half:], pace_s=0)  # the caller went on talking
-        await session.commit(item_id="item_f", create_response=False)
+        await session.commit(item_id="item_f", response_id=None)
         seen: list[port.EngineEvent] = []
         while not any(isinstance(e, port.EngineInputTranscript) and e.final for e in seen):
             seen += await read_until(session.events(), port.EngineInputTranscript)
