@@ -191,6 +191,8 @@ class Connection:
         self._deadline = 0.0
         self._input: InputPipeline | None = None
         self._output: OutputConverter | None = None
+        # The session epoch the output converter's state belongs to (see _emit).
+        self._output_epoch = 0
 
     @property
     def session_id(self) -> str:
@@ -533,13 +535,19 @@ class Connection:
     # -- the send side ------------------------------------------------------------------------
 
     async def _emit(self, event: ev.ServerEvent) -> None:
+        # The output resampler holds back the last few ms of the reply it converts. The session
+        # advances its epoch whenever it cancels a reply (barge-in, response.cancel,
+        # output_audio_buffer.clear, truncate), and it does so before handing out that reply's
+        # closing events: a converter filled in an older epoch holds audio of a cancelled reply,
+        # which is discarded, never flushed.
         if isinstance(event, ev.AudioDelta):
-            wire = self._output_converter().convert(event.audio)
+            converter = self._fenced_output_converter()
+            wire = converter.convert(event.audio)
             if not wire:
                 return
             event = replace(event, audio=wire, rate=self.session.config.output_format.rate, encoded=True)
         elif isinstance(event, ev.AudioDone):
-            tail = self._output_converter().flush()
+            tail = self._fenced_output_converter().flush()
             if tail:
                 await self._emit_raw(
                     ev.AudioDelta(
@@ -547,9 +555,14 @@ class Connection:
                         rate=self.session.config.output_format.rate, encoded=True,
                     )
                 )
-        elif isinstance(event, ev.ResponseDone) and event.status != "completed":
-            self._output_converter().reset()
         await self._emit_raw(event)
+
+    def _fenced_output_converter(self) -> OutputConverter:
+        converter = self._output_converter()
+        if self._output_epoch != self.session.epoch:
+            converter.reset()
+            self._output_epoch = self.session.epoch
+        return converter
 
     async def _emit_raw(self, event: ev.ServerEvent) -> None:
         """Number, render and journal ``event``, then queue it for the attached socket, if any."""

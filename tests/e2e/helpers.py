@@ -351,9 +351,9 @@ async def stream_audio(
 ) -> None:
     """Send ``pcm`` as ``input_audio_buffer.append`` frames of ``frame_ms``.
 
-    With ``realtime`` the frames follow a fixed schedule at ``speed`` x real time
-    (the gateway admits up to 1.5x with a 3 s burst allowance); the first ``lead_ms``
-    of audio goes out at once (using that burst allowance).
+    With ``realtime`` the frames follow a fixed schedule at ``speed`` x real time,
+    the first ``lead_ms`` of audio going out at once; without it they go out as fast
+    as the socket takes them (the gateway paces the client with TCP backpressure).
     """
     step = int(rate * frame_ms / 1000) * bytes_per_sample(fmt)
     sender = send or (lambda chunk: _send_append(ws, chunk))
@@ -434,6 +434,22 @@ def audio_of(events: list[dict[str, Any]], response_id: str | None = None) -> by
         if is_audio and response_id in (None, e.get("response_id")):
             out += base64.b64decode(e["delta"])
     return bytes(out)
+
+
+def is_delta_of(response_id: str) -> Callable[[dict[str, Any]], bool]:
+    """Matches an audio delta (GA or beta name) of ``response_id``."""
+
+    def match(e: dict[str, Any]) -> bool:
+        return e.get("type") in ("response.output_audio.delta", "response.audio.delta") and (
+            e.get("response_id") == response_id
+        )
+
+    return match
+
+
+def done_of(response_id: str) -> Callable[[dict[str, Any]], bool]:
+    """Matches the ``response.done`` of ``response_id``."""
+    return lambda e: e.get("type") == "response.done" and e["response"]["id"] == response_id
 
 
 class EventLog:

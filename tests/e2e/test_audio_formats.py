@@ -7,8 +7,12 @@ the reply arrives in the session's output format/rate. Checked against a pcm16
 where ``speech_started.audio_start_ms`` says (so the prefix padding is in it) and
 sounds like the input (cross-correlation).
 
-The gateway is configured with echo pace 0 and a huge input burst allowance: VAD
-and turns run on the audio clock, so the audio can be sent as fast as possible.
+VAD and turns run on the audio clock, so the audio is sent as fast as the socket
+takes it (the gateway paces it with backpressure) and the echo comes back unpaced.
+
+Interrupting a reply at every output format and rate: after ``speech_started``,
+``response.cancel`` or ``output_audio_buffer.clear`` not one more delta of that
+reply reaches the client, not even the output resampler's held-back tail.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from tests.e2e.helpers import (
     audio_of,
     bytes_per_sample,
     decode,
+    done_of,
+    is_delta_of,
     load_speech,
     send_json,
     silence,
@@ -50,7 +56,6 @@ def gateway(module_gateway_factory: GatewayFactory) -> Gateway:
     return module_gateway_factory.start(
         {
             "server": {"web_demo": False},
-            "limits": {"input_rate_factor": 100, "input_burst_ms": 120_000},
             "engine": {"name": "echo", "echo": {"pace": 0}},
         },
         name="formats",
@@ -201,3 +206,112 @@ async def test_formats_and_rates(
     result = await echo_turn(gateway, in_fmt, in_rate, out_fmt, out_rate)
     _check(result, baseline, min_similarity)
     await gateway.wait_sessions(0)
+
+
+# ---------------------------------------------------------------------------------------
+# Interrupted replies: nothing of them after the trigger, at any output format and rate
+
+
+@pytest.fixture(scope="module")
+def paced_gateway(module_gateway_factory: GatewayFactory) -> Gateway:
+    # Echo chunks of 1 s at real-time pace: a reply is still playing when the caller interrupts
+    # it, and a reply of one chunk has all its audio out a second before it ends.
+    return module_gateway_factory.start(
+        {"server": {"web_demo": False}, "engine": {"name": "echo", "echo": {"pace": 1.0, "chunk_ms": 1000}}},
+        name="interrupt",
+    )
+
+
+# The echo engine speaks at 24 kHz: every other rate goes through the output resampler.
+OUTPUTS = [
+    pytest.param(fmt, rate, id=f"{fmt}-{rate // 1000}k")
+    for fmt, rate in [
+        ("pcm16", 8000),
+        ("pcm16", 16000),
+        ("pcm16", 24000),
+        ("pcm16", 48000),
+        ("pcm_f32le", 16000),
+        ("pcm_f32le", 24000),
+        ("pcm_f32le", 48000),
+        ("g711_ulaw", 8000),
+        ("g711_alaw", 8000),
+        ("g711_alaw", 16000),
+    ]
+]
+
+
+async def _configure(ws: Any, log: EventLog, out_fmt: str, out_rate: int, *, vad: bool) -> None:
+    audio: dict[str, Any] = {"output": {"format": {"type": GA_TYPE[out_fmt], "rate": out_rate}}}
+    if not vad:
+        audio["input"] = {"turn_detection": None}
+    start = len(log.events)
+    await send_json(ws, {"type": "session.update", "session": {"type": "realtime", "audio": audio}})
+    await log.wait_for("session.updated", 5, start=start)
+
+
+def _stale(log: EventLog, response_id: str, after: int) -> list[str]:
+    return [f"{e['type']} #{i}" for i, e in enumerate(log.events) if i > after and is_delta_of(response_id)(e)]
+
+
+@pytest.mark.parametrize(("out_fmt", "out_rate"), OUTPUTS)
+async def test_barge_in_sends_nothing_more_of_the_reply(paced_gateway: Gateway, out_fmt: str, out_rate: int) -> None:
+    async with ws_connect(paced_gateway) as ws:
+        log = EventLog(ws.recv)
+        try:
+            await log.wait_for("session.created", 5)
+            await _configure(ws, log, out_fmt, out_rate, vad=True)
+            await stream_audio(ws, silence(300) + load_speech() + silence(1000), realtime=False)
+            i_created, created = await log.wait_for("response.created", 10)
+            response_id = created["response"]["id"]
+            await log.wait_for(is_delta_of(response_id), 5, start=i_created)
+            mark = len(log.events)
+            # The caller talks over the reply (≈5 s of echo, one delta a second).
+            await stream_audio(ws, load_speech(), realtime=False)
+            i_speech, _ = await log.wait_for("input_audio_buffer.speech_started", 10, start=mark)
+            i_done, done = await log.wait_for(done_of(response_id), 5, start=i_speech)
+            assert done["response"]["status"] == "cancelled", done
+            # Everything the gateway sent up to here, including what followed response.done.
+            await _round_trip(ws, log)
+            stale = _stale(log, response_id, i_speech)
+            assert not stale, f"audio of the interrupted reply after speech_started: {stale}; {log.types(i_speech)}"
+            assert not [e for e in log.events if e["type"] == "error"]
+        finally:
+            await log.aclose()
+
+
+async def _round_trip(ws: Any, log: EventLog) -> None:
+    """Wait until the gateway has answered a message sent now: all it sent before is in ``log``."""
+    start = len(log.events)
+    await send_json(ws, {"type": "session.heartbeat", "event_id": "evt_marker"})
+    await log.wait_for("session.heartbeat_ack", 5, start=start)
+
+
+@pytest.mark.parametrize("trigger", ["response.cancel", "output_audio_buffer.clear"])
+@pytest.mark.parametrize(("out_fmt", "out_rate"), OUTPUTS)
+async def test_cancel_and_clear_send_nothing_more_of_the_reply(
+    paced_gateway: Gateway, out_fmt: str, out_rate: int, trigger: str
+) -> None:
+    async with ws_connect(paced_gateway) as ws:
+        log = EventLog(ws.recv)
+        try:
+            await log.wait_for("session.created", 5)
+            await _configure(ws, log, out_fmt, out_rate, vad=False)
+            # Half a second of speech: the echo sends it as one chunk, then plays it for a second.
+            await stream_audio(ws, load_speech()[24000 : 24000 * 2], realtime=False)
+            await send_json(ws, {"type": "input_audio_buffer.commit"})
+            await send_json(ws, {"type": "response.create"})
+            i_created, created = await log.wait_for("response.created", 5)
+            response_id = created["response"]["id"]
+            # The engine has nothing more to send: any later delta of this reply is stale.
+            mark, _ = await log.wait_for(is_delta_of(response_id), 5, start=i_created)
+            await send_json(ws, {"type": trigger})
+            _, done = await log.wait_for(done_of(response_id), 5, start=mark)
+            assert done["response"]["status"] == "cancelled", (
+                f"the reply ended before the gateway handled {trigger}: {done}"
+            )
+            await _round_trip(ws, log)
+            stale = _stale(log, response_id, mark)
+            assert not stale, f"audio of the reply after {trigger}: {stale}; {log.types(mark)}"
+            assert not [e for e in log.events if e["type"] == "error"]
+        finally:
+            await log.aclose()
