@@ -90,7 +90,8 @@ async def call(
             "session": {
                 "type": "realtime",
                 "audio": {
-                    "input": {"format": {"type": "audio/pcm", "rate": rate}},
+                    # The call prints what it heard the caller say, so it asks for transcripts.
+                    "input": {"format": {"type": "audio/pcm", "rate": rate}, "transcription": {"model": "whisper-1"}},
                     "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}},
                 },
             },

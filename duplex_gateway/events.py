@@ -30,6 +30,7 @@ __all__ = [
     "InputAudioCommitted",
     "InputTranscriptionCompleted",
     "InputTranscriptionDelta",
+    "InputTranscriptionFailed",
     "OutputAudioCleared",
     "OutputItemAdded",
     "OutputItemDone",
@@ -168,6 +169,17 @@ class InputTranscriptionCompleted(ServerEvent):
     content_index: int = 0
     #: The length of the transcribed audio: OpenAI reports it as the transcription's usage.
     audio_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputTranscriptionFailed(ServerEvent):
+    """The caller's words in ``item_id`` could not be recognised."""
+
+    type: ClassVar[str] = "conversation.item.input_audio_transcription.failed"
+    item_id: str
+    code: str
+    message: str
+    content_index: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -288,6 +288,15 @@ class Session:
         return self.config.turn_detection is not None and not self.capabilities.detects_turns
 
     @property
+    def transcribes_input(self) -> bool:
+        """Whether the client gets the caller's words as transcription events.
+
+        A Realtime client asks for them (``audio.input.transcription``); vLLM-Omni's
+        duplex server sends whatever its model transcribed, asked or not.
+        """
+        return self.config.input_transcription or self.handshake is Handshake.DUPLEX
+
+    @property
     def response_active(self) -> bool:
         return self._response is not None
 
@@ -629,9 +638,15 @@ class Session:
                 record = self._items.get(item_id)
                 if record is not None:
                     record.item = replace(record.item, transcript=event.text)
+                if not self.transcribes_input:
+                    return []
                 audio_ms = record.produced_ms if record is not None else 0.0
                 return [ev.InputTranscriptionCompleted(item_id=item_id, transcript=event.text, audio_ms=audio_ms)]
-            return self._partial_transcript(item_id, event.text)
+            return self._partial_transcript(item_id, event.text) if self.transcribes_input else []
+        if isinstance(event, port.EngineInputTranscriptFailed):
+            if not self.transcribes_input:
+                return []
+            return [ev.InputTranscriptionFailed(item_id=event.item_id, code=event.code, message=event.message)]
         if isinstance(event, port.EngineError):
             outputs: list[Output] = [
                 ev.ErrorEvent(code=ErrorCode.ENGINE_ERROR, message=f"{event.code}: {event.message}")

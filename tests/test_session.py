@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+from dataclasses import replace
 
 import pytest
 
@@ -400,7 +401,8 @@ def test_item_history_is_bounded() -> None:
 
 def test_engine_detected_turns_and_transcripts() -> None:
     caps = port.EngineCapabilities(name="vad-engine", input_rate=RATE, output_rate=RATE, detects_turns=True)
-    s = Session(session_id="s", capabilities=caps, defaults=VAD, handshake=Handshake.REALTIME)
+    config = replace(VAD, input_transcription=True)
+    s = Session(session_id="s", capabilities=caps, defaults=config, handshake=Handshake.REALTIME)
     assert not s.gateway_vad
     # With engine-side turn detection every chunk goes straight to the engine.
     assert s.input_processed(pcm(20), 20.0, [(32, 0.99)]) == [AppendAudio(pcm=pcm(20))]
@@ -416,7 +418,7 @@ def test_engine_detected_turns_and_transcripts() -> None:
 
 
 def test_partial_hypotheses_become_append_only_deltas() -> None:
-    s = make()
+    s = make(replace(MANUAL, input_transcription=True))
 
     def partial(text: str) -> list[str]:
         out = s.engine_event(port.EngineInputTranscript(item_id="item_p", text=text))
@@ -650,3 +652,33 @@ def test_truncating_the_playing_reply_ends_it_with_the_heard_transcript() -> Non
     out = s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=9_000), now=0)
     assert only(out, ev.ResponseDone)[0].output[0].transcript == "One. Two."
     assert only(out, AckPlayback) == [AckPlayback(response_id="resp_1", played_ms=800)]
+
+
+# -- caller transcripts ------------------------------------------------------------------
+
+
+def test_a_realtime_client_gets_transcripts_only_when_it_asked() -> None:
+    s = make()
+    assert s.engine_event(port.EngineInputTranscript(item_id="i", text="hello there")) == []
+    assert s.engine_event(port.EngineInputTranscript(item_id="i", text="hello there", final=True)) == []
+    failed = port.EngineInputTranscriptFailed(item_id="i", code="transcription_failed", message="boom")
+    assert s.engine_event(failed) == []
+    s.receive(cmd.SessionUpdate(session=SessionPatch(input_transcription=True)), now=0)
+    out = s.engine_event(port.EngineInputTranscript(item_id="i", text="hello", final=True))
+    assert types(out) == ["conversation.item.input_audio_transcription.completed"]
+
+
+def test_a_duplex_client_gets_transcripts_as_vllm_omni_sends_them() -> None:
+    s = make(handshake=Handshake.DUPLEX)
+    s.receive(cmd.SessionUpdate(session=SessionPatch()), now=0)
+    s.engine_opened()
+    out = s.engine_event(port.EngineInputTranscript(item_id="i", text="hello", final=True))
+    assert types(out) == ["conversation.item.input_audio_transcription.completed"]
+
+
+def test_failed_recognition_is_reported_and_the_session_goes_on() -> None:
+    s = make(replace(MANUAL, input_transcription=True))
+    failed = port.EngineInputTranscriptFailed(item_id="i", code="transcription_failed", message="boom")
+    out = s.engine_event(failed)
+    assert out == [ev.InputTranscriptionFailed(item_id="i", code="transcription_failed", message="boom")]
+    assert not s.closed

@@ -22,6 +22,7 @@ __all__ = [
     "EngineError",
     "EngineEvent",
     "EngineInputTranscript",
+    "EngineInputTranscriptFailed",
     "EngineResponseDone",
     "EngineResponseStarted",
     "EngineSession",
@@ -139,6 +140,16 @@ class EngineInputTranscript(EngineEvent):
     item_id: str
     text: str
     final: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineInputTranscriptFailed(EngineEvent):
+    """The caller's turn ``item_id`` could not be transcribed (the session goes on)."""
+
+    type: ClassVar[str] = "conversation.item.input_audio_transcription.failed"
+    item_id: str
+    code: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

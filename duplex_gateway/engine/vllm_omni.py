@@ -279,10 +279,7 @@ class VllmOmniSession(port.EngineSession):
     async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
         content_type = "output_text" if role == "assistant" else "input_text"
         item = {"id": item_id, "type": "message", "role": role, "content": [{"type": content_type, "text": text}]}
-        if previous_item_id is not None:
-            await self._handle.create_item(item, previous_item_id=previous_item_id)
-        else:
-            await self._handle.create_item(item)
+        await self._handle.create_item(item, previous_item_id=previous_item_id)
         self._added_items.add(item_id)
 
     async def delete_item(self, item_id: str) -> None:

@@ -368,10 +368,12 @@ class EmbeddedSession(port.EngineSession):
             raise
         except Exception as exc:
             logger.exception("transcribing turn %s of session %s failed", item_id, self._session_id)
-            self._events.put_urgent(
-                port.EngineError(code="transcription_failed", message=f"{type(exc).__name__}: {exc}")
+            await self._events.put(
+                port.EngineInputTranscriptFailed(
+                    item_id=item_id, code="transcription_failed", message=f"{type(exc).__name__}: {exc}"
+                )
             )
-            text = ""
+            return ""
         await self._events.put(port.EngineInputTranscript(item_id=item_id, text=text, final=True))
         return text
 

@@ -443,3 +443,23 @@ async def test_speech_after_the_pause_is_transcribed_afresh(
     final = next(e for e in seen if isinstance(e, port.EngineInputTranscript) and e.final)
     assert "tuesday" in final.text.lower()
     assert counter.calls == 2
+
+
+async def test_a_turn_the_recognizer_fails_on_is_reported_and_still_answered(
+    engine: EmbeddedEngine, speech_pcm: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(pcm: bytes) -> str:  # fault injection: the real recognizer, made to fail once
+        raise RuntimeError("decoder crashed")
+
+    monkeypatch.setattr(engine.models.final, "transcribe", broken)
+    async with opened(engine, "failing-asr") as session:
+        await session.append_audio(speech_pcm[: CHUNK * 10])
+        await session.commit(item_id="item_f1", response_id="resp_f1")
+        seen = await read_until(session.events(), port.EngineResponseDone)
+    failed = [e for e in seen if isinstance(e, port.EngineInputTranscriptFailed)]
+    assert failed and failed[0].item_id == "item_f1" and "decoder crashed" in failed[0].message
+    assert not [e for e in seen if isinstance(e, port.EngineInputTranscript) and e.final]
+    assert not [e for e in seen if isinstance(e, port.EngineError)]
+    # The caller is told the turn was not caught, instead of silence.
+    assert seen[-1] == port.EngineResponseDone(response_id="resp_f1", status="completed")
+    assert DIDNT_CATCH.split()[0].lower() in reply_text(seen).lower()
