@@ -556,6 +556,9 @@ class Connection:
                     )
                 )
         await self._emit_raw(event)
+        if isinstance(event, ev.ResponseDone):
+            # vLLM-Omni's server follows every response.done with one; clients sequence on it.
+            await self._emit_raw(ev.RateLimitsUpdated())
 
     def _fenced_output_converter(self) -> OutputConverter:
         converter = self._output_converter()
@@ -568,7 +571,8 @@ class Connection:
         """Number, render and journal ``event``, then queue it for the attached socket, if any."""
         self._seq += 1
         payload = render_server_event(
-            event, seq=self._seq, event_id=f"event_{self._seq}", beta=self._beta, session_id=self.session_id
+            event, seq=self._seq, event_id=f"event_{self._seq}", beta=self._beta, session_id=self.session_id,
+            duplex=self.session.handshake is Handshake.DUPLEX,
         )
         if payload is None:
             self._seq -= 1

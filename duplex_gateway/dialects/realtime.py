@@ -73,7 +73,6 @@ from duplex_gateway.events import (
     InputAudioCommitted,
     InputTranscriptionCompleted,
     InputTranscriptionDelta,
-    InputTranscriptionFailed,
     OutputAudioCleared,
     OutputItemAdded,
     OutputItemDone,
@@ -337,13 +336,21 @@ _BETA_NAMES = {
 }
 #: Events with no beta form (:func:`render_server_event` returns ``None`` for them).
 _GA_ONLY = frozenset({"conversation.item.done"})
+#: vLLM-Omni events sent unasked, so only to clients of its duplex handshake: a plain
+#: Realtime client knows no such type (strict ones report an error for it).
+_DUPLEX_ONLY = frozenset({"session.closed"})
 
 
 def render_server_event(
-    event: ServerEvent, *, seq: int, event_id: str, beta: bool, session_id: str
+    event: ServerEvent, *, seq: int, event_id: str, beta: bool, session_id: str, duplex: bool = False
 ) -> JsonObject | None:
-    """The wire object for ``event``; ``None`` when the dialect has no form for it."""
+    """The wire object for ``event``; ``None`` when the dialect has no form for it.
+
+    ``duplex``: the client opened the session with vLLM-Omni's duplex handshake.
+    """
     if beta and event.type in _GA_ONLY:
+        return None
+    if not duplex and event.type in _DUPLEX_ONLY:
         return None
     if isinstance(event, OutputAudioCleared) and event.response_id is None:
         # OpenAI's event requires the id of the reply whose audio was cleared; clearing
@@ -486,11 +493,6 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
         "item_id": e.item_id,
         "content_index": e.content_index,
         "delta": e.delta,
-    },
-    InputTranscriptionFailed: lambda e, beta, sid: {
-        "item_id": e.item_id,
-        "content_index": e.content_index,
-        "error": {"type": "transcription_error", "code": e.code, "message": e.message, "param": None},
     },
     InputTranscriptionCompleted: lambda e, beta, sid: {
         "item_id": e.item_id,

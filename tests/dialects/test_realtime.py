@@ -1004,8 +1004,12 @@ SAMPLES: list[ServerEvent] = [
 ]
 
 
-def render(event: ServerEvent, *, beta: bool = False, seq: int = 3) -> dict[str, object] | None:
-    return render_server_event(event, seq=seq, event_id=f"evt_{seq}", beta=beta, session_id="sess_1")
+def render(
+    event: ServerEvent, *, beta: bool = False, seq: int = 3, duplex: bool = False
+) -> dict[str, object] | None:
+    return render_server_event(
+        event, seq=seq, event_id=f"evt_{seq}", beta=beta, session_id="sess_1", duplex=duplex
+    )
 
 
 def ga(event: ServerEvent) -> dict[str, object]:
@@ -1026,7 +1030,7 @@ def test_samples_cover_every_server_event_class() -> None:
 @pytest.mark.parametrize("beta", [False, True])
 @pytest.mark.parametrize("event", SAMPLES, ids=lambda e: type(e).__name__)
 def test_envelope_and_json(event: ServerEvent, beta: bool) -> None:
-    wire = render(event, beta=beta, seq=41)
+    wire = render(event, beta=beta, seq=41, duplex=True)
     if wire is None:
         assert (beta and isinstance(event, ConversationItemDone)) or event == OutputAudioCleared(
             response_id=None
@@ -1100,6 +1104,18 @@ def test_response_done_reasons_stay_within_openai_literal(
     assert response["status_details"]["reason"] == expected
     if status == "failed":  # the gateway's own words go to the error, where OpenAI puts them
         assert response["status_details"]["error"]["code"] == reason
+
+
+@pytest.mark.parametrize("beta", [False, True])
+def test_session_closed_goes_only_to_duplex_handshake_clients(beta: bool) -> None:
+    closed = SessionClosed(session_id="s", reason="client_close")
+    assert render(closed, beta=beta) is None
+    duplex = render(closed, beta=beta, duplex=True)
+    assert duplex is not None and duplex["type"] == "session.closed"
+    # Everything else is the same in both lanes.
+    for event in SAMPLES:
+        if not isinstance(event, SessionClosed):
+            assert render(event, beta=beta) == render(event, beta=beta, duplex=True)
 
 
 def test_output_audio_cleared_names_a_reply_or_is_not_sent() -> None:
@@ -1337,7 +1353,7 @@ def test_extension_events() -> None:
         },
     }
     assert ga(HeartbeatAck(session_id="s")) == {**base, "type": "session.heartbeat_ack", "session_id": "s"}
-    assert ga(SessionClosed(session_id="s", reason="idle_timeout")) == {
+    assert render(SessionClosed(session_id="s", reason="idle_timeout"), duplex=True) == {
         **base,
         "type": "session.closed",
         "session_id": "s",

@@ -2,15 +2,15 @@
 
 ``AsyncOpenAI(websocket_base_url="ws://127.0.0.1:PORT/v1").realtime.connect(model=...)``
 connects to ``/v1/realtime``. Events are read as raw bytes (``recv_bytes``) so the
-gateway's ``server_event_seq`` extension can be checked, and each one is also parsed
-with the SDK's own ``parse_event`` to prove the SDK understands it.
+gateway's ``server_event_seq`` extension can be checked, and each one is validated,
+exactly as received, against the SDK's server-event models in strict mode (the SDK's
+own ``parse_event`` accepts any type at all, so it proves nothing).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -28,6 +28,7 @@ from tests.e2e.helpers import (
     speech_turn,
     stream_audio,
 )
+from tests.sdk_models import validate_server_event
 
 pytestmark = pytest.mark.e2e
 
@@ -54,11 +55,9 @@ class SdkSession:
         self.parsed: list[Any] = []
 
     def check_parsed(self) -> None:
-        """Every raw event parses with the SDK into a model of the same type."""
+        """Every raw event validates strictly as one of the SDK's server events."""
         for raw in self.log.events[len(self.parsed) :]:
-            model = self.conn.parse_event(json.dumps(raw))
-            assert getattr(model, "type", None) == raw["type"], (raw["type"], model)
-            self.parsed.append(model)
+            self.parsed.append(validate_server_event(raw))
 
 
 @pytest.fixture
@@ -122,6 +121,9 @@ async def test_server_vad_turn_then_cancelled_turn(sdk: SdkSession, gateway: Gat
         lambda e: e["type"] == "response.done" and e["response"]["id"] == response_id, 15, start=i_created
     )
     assert done["response"]["status"] == "completed", done
+    # As vLLM-Omni's server does, rate_limits.updated follows response.done at once.
+    i_limits, _ = await log.wait_for("rate_limits.updated", 5, start=i_done)
+    assert i_limits == i_done + 1
 
     sdk.check_parsed()
     deltas = [m for m in sdk.parsed[i_created:i_done] if isinstance(m, ResponseAudioDeltaEvent)]
@@ -166,6 +168,8 @@ async def test_server_vad_turn_then_cancelled_turn(sdk: SdkSession, gateway: Gat
     )
     assert done["response"]["status"] == "cancelled", done
     assert (done["response"]["status_details"] or {}).get("reason") == "client_cancelled", done
+    i_limits, _ = await log.wait_for("rate_limits.updated", 5, start=i_done)
+    assert i_limits == i_done + 1
     heard = sum(
         duration_ms(base64.b64decode(e["delta"])) for e in log.events[i_created:i_done] if is_delta(e)
     )
@@ -198,4 +202,12 @@ async def test_sdk_cancel_without_response_is_an_error_and_session_survives(sdk:
         lambda e: e["type"] == "error" and e["error"]["event_id"] == "evt_commit_1", 5
     )
     assert err["error"]["code"] == "input_audio_buffer_commit_empty"
+    # Clearing output audio with no reply in progress changes nothing: OpenAI's
+    # output_audio_buffer.cleared must name a reply, so none is sent.
+    mark = len(log.events)
+    await conn.output_audio_buffer.clear(event_id="evt_clear_1")
+    await conn.input_audio_buffer.clear()
+    await log.wait_for("input_audio_buffer.cleared", 5, start=mark)
+    assert log.types(mark) == ["input_audio_buffer.cleared"], log.types(mark)
+    sdk.check_parsed()
     _assert_seq(log.events)
