@@ -73,6 +73,7 @@ from duplex_gateway.events import (
     InputAudioCommitted,
     InputTranscriptionCompleted,
     InputTranscriptionDelta,
+    InputTranscriptionFailed,
     OutputAudioCleared,
     OutputItemAdded,
     OutputItemDone,
@@ -493,6 +494,11 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
         "item_id": e.item_id,
         "content_index": e.content_index,
         "delta": e.delta,
+    },
+    InputTranscriptionFailed: lambda e, beta, sid: {
+        "item_id": e.item_id,
+        "content_index": e.content_index,
+        "error": {"type": "transcription_error", "code": e.code, "message": e.message, "param": None},
     },
     InputTranscriptionCompleted: lambda e, beta, sid: {
         "item_id": e.item_id,
