@@ -62,6 +62,7 @@ from duplex_gateway.events import (
     InputAudioCommitted,
     InputTranscriptionCompleted,
     InputTranscriptionDelta,
+    InputTranscriptionFailed,
     OutputAudioCleared,
     OutputItemAdded,
     OutputItemDone,
@@ -974,6 +975,7 @@ SAMPLES: list[ServerEvent] = [
     InputTranscriptionDelta(item_id="item_u", delta="hel"),
     InputTranscriptionCompleted(item_id="item_u", transcript="hello", audio_ms=1840),
     InputTranscriptionCompleted(item_id="item_u", transcript=""),
+    InputTranscriptionFailed(item_id="item_u", code="transcription_failed", message="no words"),
     ResponseCreated(response_id="resp_1"),
     OutputItemAdded(response_id="resp_1", output_index=0, item=ASSISTANT_OPEN),
     ContentPartAdded(
