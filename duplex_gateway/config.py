@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 __all__ = [
+    "MAX_APPEND_AUDIO_BYTES",
+    "MAX_MESSAGE_BYTES",
     "AuthSettings",
     "ConfigError",
     "EchoSettings",
@@ -47,6 +49,12 @@ class ServerSettings(_Section):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
 
 
+#: The most audio one ``input_audio_buffer.append`` may carry, as OpenAI's Realtime API allows.
+MAX_APPEND_AUDIO_BYTES = 15 << 20
+#: That much audio in base64 (4 characters per 3 bytes) with room for the event's JSON around it.
+MAX_MESSAGE_BYTES = MAX_APPEND_AUDIO_BYTES // 3 * 4 + (64 << 10)
+
+
 class LimitSettings(_Section):
     #: Concurrent sessions this gateway admits; more are refused with ``session_limit`` / 1013.
     max_sessions: int = Field(64, ge=1)
@@ -54,13 +62,15 @@ class LimitSettings(_Section):
     idle_timeout_s: float = Field(300.0, gt=0)
     #: Close a session after this long in total (4001).
     max_session_s: float = Field(3600.0, gt=0)
-    #: Text messages above this get a ``message_too_large`` error; the session survives.
-    max_message_bytes: int = Field(1 << 20, ge=1024)
+    #: Text messages above this get a ``message_too_large`` error; the session survives. The
+    #: default holds an ``input_audio_buffer.append`` of 15 MiB of audio (OpenAI's cap) in base64.
+    #: A session holds at most one client message at a time (see ``connection.py``).
+    max_message_bytes: int = Field(MAX_MESSAGE_BYTES, ge=1024)
     #: Messages above this close the connection with 1009 before they are read whole.
-    hard_max_message_bytes: int = Field(4 << 20, ge=1024)
-    #: Audio faster than this multiple of real time is refused with ``input_rate_exceeded``.
+    hard_max_message_bytes: int = Field(24 << 20, ge=1024)
+    #: No longer used: fast input is paced by backpressure, never refused. Accepted so that
+    #: older config files still load.
     input_rate_factor: float = Field(1.5, gt=0)
-    #: Head-room for bursts of audio (network jitter, a client's pre-roll), in ms of audio.
     input_burst_ms: float = Field(3000.0, ge=0)
     #: Events buffered for a client before it counts as a slow reader.
     send_queue_size: int = Field(1024, ge=16)

@@ -5,6 +5,17 @@ queue, and one pump task for the engine session's events. Keepalive pings and
 the hard frame-size limit are the server's (uvicorn); idle timeout, maximum
 session duration, backpressure and the soft message-size limit live here.
 
+Input backpressure: the reader takes the next message from the socket only
+after the previous one has gone all the way through the input stage (decoded,
+resampled, scanned by the VAD, handed to the engine). Meanwhile the server's
+WebSocket layer stops reading the TCP socket, so a client that sends faster
+than the session can take its audio is slowed down by TCP itself and no audio
+is dropped. The caller audio a session holds on its way in is therefore one
+message (at most ``limits.max_message_bytes``; a long one is converted in
+slices of ``INPUT_SLICE_MS``) plus what the WebSocket layer buffers: the frame
+it is assembling (at most ``limits.hard_max_message_bytes``) and the rest of
+one TCP read.
+
 A session outlives a dropped socket for ``limits.resume_grace_s``: it is
 *detached* (engine still running, events journaled) until ``session.resume``
 attaches a new socket, or the grace runs out. Every way a session ends
@@ -54,9 +65,13 @@ from duplex_gateway.session import (
 )
 from duplex_gateway.session_config import SessionConfig
 
-__all__ = ["Connection", "SessionRegistry", "Socket"]
+__all__ = ["INPUT_SLICE_MS", "Connection", "SessionRegistry", "Socket"]
 
 logger = logging.getLogger(__name__)
+
+#: Caller audio goes through the input stage in pieces of at most this much, so a long
+#: append is turn-detected as finely as streamed audio and converted with small buffers.
+INPUT_SLICE_MS = 100
 
 
 class Socket(Protocol):
@@ -207,16 +222,16 @@ class Connection:
         """Serve the first socket; returns when it is done (the session may live on, detached)."""
         self._attachment = _Attachment(self._first_socket, self._limits.send_queue_size, self.session_id)
         self._deadline = asyncio.get_running_loop().time() + self._limits.max_session_s
-        if not self._registry.try_admit(self.session_id):
-            await self._refuse(
-                ErrorCode.SESSION_LIMIT,
-                f"the gateway is at its limit of {self._registry.max_sessions} sessions; try again later",
-            )
+        # The Realtime handshake opens the engine at once, so it is admitted now. The duplex
+        # handshake is admitted when its session.update opens the engine: its first message
+        # may be a session.resume, which takes over the parked session's slot instead.
+        realtime = self.session.handshake is Handshake.REALTIME
+        if realtime and not await self._admit():
             await self._end_attachment()
             return
         outcome = _Outcome.CLOSED
         try:
-            if self.session.handshake is Handshake.REALTIME and not await self._open_engine(self.session.config):
+            if realtime and not await self._open_engine(self.session.config):
                 outcome = _Outcome.CLOSED
             else:
                 await self._apply(self.session.start())
@@ -304,6 +319,16 @@ class Connection:
         if self._attachment is None:  # detached: nobody to tell
             await self._release()
 
+    async def _admit(self) -> bool:
+        """Take an admission slot, or refuse the session with ``session_limit``."""
+        if self._registry.try_admit(self.session_id):
+            return True
+        await self._refuse(
+            ErrorCode.SESSION_LIMIT,
+            f"the gateway is at its limit of {self._registry.max_sessions} sessions; try again later",
+        )
+        return False
+
     async def _refuse(self, code: ErrorCode, message: str) -> None:
         await self._emit_raw(ev.ErrorEvent(code=code, message=message))
         await self._enqueue_close(CloseCode.TRY_AGAIN_LATER, code.value)
@@ -367,7 +392,6 @@ class Connection:
         # Stop this connection's writer first so only the resumed session writes to the socket.
         await attachment.finish(None, self._limits.send_timeout_s)
         self._attachment = None
-        self._registry.release(self.session_id)
         await target.resume(attachment.socket, command.last_received_server_event_seq)
         return True
 
@@ -447,7 +471,7 @@ class Connection:
             elif isinstance(output, ProcessInput):
                 await self._process_input(output.audio)
             elif isinstance(output, OpenEngine):
-                if await self._open_engine(output.config):
+                if await self._admit() and await self._open_engine(output.config):
                     await self._apply(self.session.engine_opened())
             elif isinstance(output, CloseSession):
                 await self._enqueue_close(output.code, output.reason)
@@ -457,13 +481,15 @@ class Connection:
     async def _process_input(self, audio: bytes) -> None:
         pipeline = self._input_pipeline()
         loop = asyncio.get_running_loop()
-        # Decoding, resampling and VAD inference stay off the event loop.
-        try:
-            processed = await loop.run_in_executor(self._executor, pipeline.process, audio)
-        except ProtocolError as exc:
-            await self._send_error(exc)
-            return
-        await self._apply(self.session.input_processed(processed.pcm, processed.duration_ms, processed.windows))
+        step = pipeline.wire.byte_count(INPUT_SLICE_MS)
+        for offset in range(0, len(audio), step):
+            # Decoding, resampling and VAD inference stay off the event loop.
+            try:
+                processed = await loop.run_in_executor(self._executor, pipeline.process, audio[offset : offset + step])
+            except ProtocolError as exc:
+                await self._send_error(exc)
+                return
+            await self._apply(self.session.input_processed(processed.pcm, processed.duration_ms, processed.windows))
 
     def _input_pipeline(self) -> InputPipeline:
         wire, vad = self.session.config.input_format, self.session.gateway_vad

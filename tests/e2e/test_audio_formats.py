@@ -268,7 +268,7 @@ async def test_barge_in_sends_nothing_more_of_the_reply(paced_gateway: Gateway, 
             # The caller talks over the reply (≈5 s of echo, one delta a second).
             await stream_audio(ws, load_speech(), realtime=False)
             i_speech, _ = await log.wait_for("input_audio_buffer.speech_started", 10, start=mark)
-            i_done, done = await log.wait_for(done_of(response_id), 5, start=i_speech)
+            _, done = await log.wait_for(done_of(response_id), 5, start=i_speech)
             assert done["response"]["status"] == "cancelled", done
             # Everything the gateway sent up to here, including what followed response.done.
             await _round_trip(ws, log)

@@ -16,6 +16,7 @@ from tests.e2e.helpers import (
     send_json,
     speech_turn,
     stream_audio,
+    wait_closed,
     ws_connect,
 )
 
@@ -85,7 +86,7 @@ async def test_dropped_client_resumes_and_gets_every_event_it_missed(gateway: Ga
         await send_json(second, {"type": "session.heartbeat"})
         await log2.wait_for("session.heartbeat_ack")
         await send_json(second, {"type": "session.close"})
-        await log2.wait_for("session.closed")
+        assert await wait_closed(second) == 1000
         await log2.aclose()
     await gateway.wait_sessions(0)
 
@@ -141,3 +142,48 @@ async def test_a_clean_close_is_not_kept_for_resume(gateway: Gateway) -> None:
     async with ws_connect(gateway) as ws:
         await asyncio.wait_for(ws.recv(), 5)
     await gateway.wait_sessions(0, timeout=2)
+
+
+async def test_a_full_gateway_lets_its_dropped_client_back_in(gateway_factory: GatewayFactory) -> None:
+    """At ``max_sessions`` a resume is admitted: it takes over the parked session's own slot."""
+    gw = gateway_factory.start(
+        {
+            "server": {"web_demo": False},
+            "engine": {"name": "echo"},
+            "limits": {"resume_grace_s": 30, "max_sessions": 1},
+        },
+        name="full",
+    )
+    async with ws_connect(gw) as first:
+        created = json.loads(await asyncio.wait_for(first.recv(), 5))
+        drop(first)
+    await gw.wait_sessions(1)  # parked, holding the only slot
+    async with ws_connect(gw, "/v1/realtime?resume=1") as second:
+        log = EventLog(second.recv)
+        try:
+            await send_json(
+                second,
+                {
+                    "type": "session.resume",
+                    "session_id": created["session_id"],
+                    "resume_token": created["resume_token"],
+                    "last_received_server_event_seq": created["server_event_seq"],
+                },
+            )
+            _, resumed = await log.wait_for("session.resumed")
+            assert resumed["session_id"] == created["session_id"]
+            assert gw.readyz()["sessions"] == 1
+            # A new caller still finds the gateway full.
+            async with ws_connect(gw) as third:
+                refused = json.loads(await asyncio.wait_for(third.recv(), 5))
+                assert refused["type"] == "error" and refused["error"]["code"] == "session_limit", refused
+                assert await wait_closed(third) == 1013
+            # The resumed session is fully alive.
+            await send_json(second, {"type": "session.heartbeat"})
+            await log.wait_for("session.heartbeat_ack")
+            assert not [e for e in log.events if e["type"] == "error"], log.events
+            await send_json(second, {"type": "session.close"})
+            assert await wait_closed(second) == 1000
+        finally:
+            await log.aclose()
+    await gw.wait_sessions(0)
