@@ -8,6 +8,11 @@ OMNI_BIN := $(OMNI_VENV)/bin
 # silero-vad's wheel carries the ONNX model we run on onnxruntime; its declared
 # dependency on torch is for its own PyTorch loader, which we never import.
 SILERO_VAD := silero-vad==6.2.3
+# The agents SDK's realtime client, driven end to end by the tests. Its releases for openai 3 cap
+# websockets below 17, which its client does not need (tests/e2e/test_openai_agents.py
+# runs it on 17), so it goes in without that metadata; its other dependencies are in
+# pyproject.toml's test extra.
+OPENAI_AGENTS := openai-agents==0.24.0
 HOST ?= 127.0.0.1
 PORT ?= 8000
 CONFIG ?= configs/default.yaml
@@ -24,6 +29,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
 	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q --no-deps $(OPENAI_AGENTS)
 	touch $@
 
 run: $(VENV)/.installed-run
