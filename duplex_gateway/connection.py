@@ -149,7 +149,10 @@ class _Attachment:
         try:
             await asyncio.wait_for(self.writer, timeout_s)
         except asyncio.CancelledError:
-            if close is not None:
+            # A writer cancelled earlier (a slow consumer, whose socket is already closed) has
+            # nothing left to do; only a cancellation of this task itself goes on.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
                 raise
         except Exception:  # noqa: BLE001 - a writer stuck or failed in any way is stopped the same
             self.writer.cancel()

@@ -1,0 +1,465 @@
+"""The connection: read loop, input backpressure, the output fence, admission and every close path.
+
+A real :class:`Session` and the real ``echo`` engine behind a fake socket that the
+test feeds and reads; nothing else is faked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pytest
+
+from duplex_gateway.app import session_defaults
+from duplex_gateway.config import MAX_APPEND_AUDIO_BYTES, MAX_MESSAGE_BYTES, load_settings
+from duplex_gateway.connection import INPUT_SLICE_MS, Connection, SessionRegistry
+from duplex_gateway.engine.echo import EchoEngine
+from duplex_gateway.resume import ResumeRegistry
+from duplex_gateway.session import Handshake
+
+RATE = 24_000
+FRAME_20MS = RATE * 2 // 50
+
+Event = dict[str, Any]
+
+
+class FakeSocket:
+    """What the connection sees of a WebSocket: messages the test queues, events it records."""
+
+    def __init__(self) -> None:
+        self.incoming: asyncio.Queue[MutableMapping[str, Any]] = asyncio.Queue()
+        self.reads = 0
+        self.events: list[Event] = []
+        self.close_code: int | None = None
+        self.stalled = False  # a client that stopped reading
+        self._changed = asyncio.Condition()
+
+    # -- the Socket protocol --
+
+    async def receive(self) -> MutableMapping[str, Any]:
+        message = await self.incoming.get()
+        self.reads += 1
+        return message
+
+    async def send_text(self, data: str) -> None:
+        if self.stalled:
+            await asyncio.Event().wait()
+        async with self._changed:
+            self.events.append(json.loads(data))
+            self._changed.notify_all()
+
+    async def close(self, code: int = 1000, reason: str | None = None) -> None:
+        async with self._changed:
+            self.close_code = code
+            self._changed.notify_all()
+
+    # -- the test's side --
+
+    def push(self, event: Event) -> None:
+        self.incoming.put_nowait({"type": "websocket.receive", "text": json.dumps(event)})
+
+    def append(self, audio: bytes) -> None:
+        self.push({"type": "input_audio_buffer.append", "audio": base64.b64encode(audio).decode()})
+
+    def drop(self, code: int = 1006) -> None:
+        self.incoming.put_nowait({"type": "websocket.disconnect", "code": code})
+
+    async def wait_for(self, match: str | Callable[[Event], bool], start: int = 0, timeout: float = 10) -> int:
+        """Index of the first event at or after ``start`` of type ``match`` (or satisfying it)."""
+        pred = (lambda e: e["type"] == match) if isinstance(match, str) else match
+        async with asyncio.timeout(timeout), self._changed:
+            while True:
+                for index in range(start, len(self.events)):
+                    if pred(self.events[index]):
+                        return index
+                await self._changed.wait()
+
+    async def wait_closed(self, timeout: float = 10) -> int:
+        async with asyncio.timeout(timeout), self._changed:
+            await self._changed.wait_for(lambda: self.close_code is not None)
+        assert self.close_code is not None
+        return self.close_code
+
+    def types(self, start: int = 0) -> list[str]:
+        return [e["type"] for e in self.events[start:]]
+
+    def errors(self) -> list[str]:
+        return [e["error"]["code"] for e in self.events if e["type"] == "error"]
+
+
+def deltas_of(socket: FakeSocket, response_id: str, start: int = 0) -> list[int]:
+    return [
+        i for i, e in enumerate(socket.events) if i >= start
+        and e["type"] == "response.output_audio.delta" and e["response_id"] == response_id
+    ]
+
+
+def audio_of(socket: FakeSocket, response_id: str) -> bytes:
+    return b"".join(base64.b64decode(socket.events[i]["delta"]) for i in deltas_of(socket, response_id))
+
+
+def done_of(response_id: str) -> Callable[[Event], bool]:
+    return lambda e: e["type"] == "response.done" and e["response"]["id"] == response_id
+
+
+def speech_like(seconds: float) -> bytes:
+    """Deterministic audio that is not silence (the echo must return exactly these bytes)."""
+    rng = np.random.default_rng(7)
+    return (rng.standard_normal(int(RATE * seconds)) * 3000).astype("<i2").tobytes()
+
+
+class Harness:
+    """Builds connections over fake sockets; stops whatever they left running."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def connect(
+        self,
+        socket: FakeSocket,
+        engine: EchoEngine,
+        *,
+        handshake: Handshake = Handshake.REALTIME,
+        registry: SessionRegistry | None = None,
+        resumes: ResumeRegistry[Connection] | None = None,
+        session_id: str = "sess_test",
+        **overrides: Any,
+    ) -> Connection:
+        settings = load_settings(None, **{"session.turn_detection": "none", **overrides})
+        connection = Connection(
+            socket,
+            session_id=session_id,
+            engine=engine,
+            settings=settings,
+            defaults=session_defaults(settings),
+            registry=registry or SessionRegistry(settings.limits.max_sessions),
+            executor=self.executor,
+            handshake=handshake,
+            beta=False,
+            resumes=resumes,
+        )
+        self.tasks.append(asyncio.create_task(connection.serve()))
+        return connection
+
+    async def aclose(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    pool = ThreadPoolExecutor(max_workers=2)
+    yield pool
+    pool.shutdown(wait=True)
+
+
+@pytest.fixture
+async def harness(executor: ThreadPoolExecutor) -> AsyncIterator[Harness]:
+    h = Harness(executor)
+    yield h
+    await h.aclose()
+
+
+async def echo(pace: float = 0.0, chunk_ms: int = 100, **kwargs: Any) -> EchoEngine:
+    engine = EchoEngine(rate=RATE, pace=pace, chunk_ms=chunk_ms, **kwargs)
+    await engine.start()
+    return engine
+
+
+async def reply_to_turn(socket: FakeSocket, start: int = 0) -> str:
+    socket.push({"type": "input_audio_buffer.commit"})
+    socket.push({"type": "response.create"})
+    index = await socket.wait_for("response.created", start)
+    return str(socket.events[index]["response"]["id"])
+
+
+# ---------------------------------------------------------------------------------------
+# input: nothing dropped, in order, and a bounded amount held
+
+
+async def test_audio_sent_at_once_is_all_processed_in_order(harness: Harness) -> None:
+    """12 s of 20 ms frames queued at once (far faster than real time) come back byte for byte."""
+    socket = FakeSocket()
+    engine = await echo()
+    harness.connect(socket, engine)
+    audio = speech_like(12.0)
+    for offset in range(0, len(audio), FRAME_20MS):
+        socket.append(audio[offset : offset + FRAME_20MS])
+    response_id = await reply_to_turn(socket)
+    done = socket.events[await socket.wait_for(done_of(response_id))]
+    assert done["response"]["status"] == "completed"
+    assert socket.errors() == []
+    assert audio_of(socket, response_id) == audio
+
+
+class GatedExecutor(Executor):
+    """Runs jobs on a thread, each only once the test lets it; records what each job was given."""
+
+    def __init__(self, socket: FakeSocket) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1)
+        self._socket = socket
+        self.gate = threading.Event()
+        self.entered = threading.Semaphore(0)
+        self.reads_at_job: list[int] = []
+        self.job_bytes: list[int] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        # Recorded on the event loop, when the connection hands the job over.
+        self.reads_at_job.append(self._socket.reads)
+        self.job_bytes.append(len(args[0]) if args and isinstance(args[0], bytes) else 0)
+
+        def gated() -> Any:
+            self.entered.release()
+            self.gate.wait()
+            return fn(*args, **kwargs)
+
+        return self._pool.submit(gated)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.gate.set()
+        self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+async def test_the_reader_stops_reading_while_the_input_stage_is_busy() -> None:
+    """The memory bound: one client message at a time is between the socket and the engine."""
+    socket = FakeSocket()
+    gated = GatedExecutor(socket)
+    harness = Harness(gated)
+    try:
+        harness.connect(socket, await echo())
+        frames = 50
+        audio = speech_like(frames * 0.02)
+        for offset in range(0, len(audio), FRAME_20MS):
+            socket.append(audio[offset : offset + FRAME_20MS])
+        # The first frame is in the input stage and held there.
+        await asyncio.to_thread(gated.entered.acquire)
+        for _ in range(100):  # every other task gets to run: none reads the socket
+            await asyncio.sleep(0)
+        assert socket.reads == 1
+        assert socket.incoming.qsize() == frames - 1
+        gated.gate.set()
+        response_id = await reply_to_turn(socket)
+        await socket.wait_for(done_of(response_id))
+        # Each frame was read only after the one before it had gone through the stage.
+        assert gated.reads_at_job == list(range(1, frames + 1))
+        assert audio_of(socket, response_id) == audio
+    finally:
+        await harness.aclose()
+        gated.shutdown()
+
+
+async def test_a_long_append_goes_through_the_input_stage_in_slices() -> None:
+    socket = FakeSocket()
+    gated = GatedExecutor(socket)
+    gated.gate.set()
+    harness = Harness(gated)
+    try:
+        harness.connect(socket, await echo())
+        audio = speech_like(1.05)
+        socket.append(audio)
+        response_id = await reply_to_turn(socket)
+        await socket.wait_for(done_of(response_id))
+        slice_bytes = RATE * 2 * INPUT_SLICE_MS // 1000
+        assert gated.job_bytes == [slice_bytes] * 10 + [len(audio) - 10 * slice_bytes]
+        assert audio_of(socket, response_id) == audio
+    finally:
+        await harness.aclose()
+        gated.shutdown()
+
+
+def test_the_message_size_limit_holds_an_append_of_15_mib() -> None:
+    append = {"type": "input_audio_buffer.append", "event_id": "e" * 64, "audio": ""}
+    size = len(json.dumps(append)) + len(base64.b64encode(bytes(MAX_APPEND_AUDIO_BYTES)))
+    assert MAX_APPEND_AUDIO_BYTES == 15 * 1024 * 1024
+    assert size <= MAX_MESSAGE_BYTES < load_settings(None).limits.hard_max_message_bytes
+
+
+# ---------------------------------------------------------------------------------------
+# output: nothing of a cancelled reply after the cancel, at a resampled rate
+
+
+@pytest.mark.parametrize("trigger", ["response.cancel", "output_audio_buffer.clear"])
+@pytest.mark.parametrize("out_rate", [8000, 16000, 48000])
+async def test_a_cancelled_reply_sends_no_resampler_tail(harness: Harness, trigger: str, out_rate: int) -> None:
+    socket = FakeSocket()
+    # One chunk of 1 s, played at real-time pace: all its audio is out long before it ends.
+    engine = await echo(pace=1.0, chunk_ms=1000)
+    harness.connect(socket, engine, **{"session.output_rate": out_rate})
+    socket.append(speech_like(0.5))
+    response_id = await reply_to_turn(socket)
+    first = await socket.wait_for(lambda e: e["type"] == "response.output_audio.delta")
+    assert socket.events[first]["sample_rate_hz"] == out_rate
+    socket.push({"type": trigger})
+    done = socket.events[await socket.wait_for(done_of(response_id), first)]
+    assert done["response"]["status"] == "cancelled"
+    socket.push({"type": "session.heartbeat"})  # all the gateway sent before is in when this is answered
+    await socket.wait_for("session.heartbeat_ack", first)
+    assert deltas_of(socket, response_id) == [first], socket.types(first)
+
+
+async def test_a_completed_reply_gets_its_resampler_tail(harness: Harness) -> None:
+    socket = FakeSocket()
+    harness.connect(socket, await echo(), **{"session.output_rate": 16000})
+    socket.append(speech_like(0.5))
+    response_id = await reply_to_turn(socket)
+    await socket.wait_for(done_of(response_id))
+    # 0.5 s at 16 kHz, within a few samples of the resampler's rounding.
+    assert abs(len(audio_of(socket, response_id)) / 2 - 8000) <= 4
+
+
+# ---------------------------------------------------------------------------------------
+# admission
+
+
+async def test_a_duplex_handshake_takes_a_slot_only_when_it_opens_the_engine(harness: Harness) -> None:
+    socket = FakeSocket()
+    registry = SessionRegistry(1)
+    harness.connect(socket, await echo(), handshake=Handshake.DUPLEX, registry=registry)
+    socket.push({"type": "session.heartbeat"})
+    await socket.wait_for("session.heartbeat_ack")
+    assert registry.count == 0
+    socket.push({"type": "session.update", "session": {"type": "realtime"}})
+    await socket.wait_for("session.created")
+    assert registry.count == 1
+    socket.drop(1000)
+    await socket.wait_closed()
+    await asyncio.gather(*harness.tasks)
+    assert registry.count == 0
+
+
+async def test_at_max_sessions_a_new_session_is_refused_1013(harness: Harness) -> None:
+    registry = SessionRegistry(1)
+    engine = await echo()
+    first, second = FakeSocket(), FakeSocket()
+    harness.connect(first, engine, registry=registry, session_id="sess_a")
+    await first.wait_for("session.created")
+    harness.connect(second, engine, registry=registry, session_id="sess_b", handshake=Handshake.DUPLEX)
+    second.push({"type": "session.update", "session": {"type": "realtime"}})
+    assert await second.wait_closed() == 1013
+    assert second.errors() == ["session_limit"]
+    await harness.tasks[-1]
+    assert registry.count == 1 and engine.active_sessions == 1
+
+
+async def test_a_resume_takes_over_the_parked_sessions_slot(harness: Harness) -> None:
+    registry = SessionRegistry(1)
+    resumes: ResumeRegistry[Connection] = ResumeRegistry()
+    engine = await echo()
+    first = FakeSocket()
+    harness.connect(first, engine, registry=registry, resumes=resumes, session_id="sess_a")
+    created = first.events[await first.wait_for("session.created")]
+    first.drop(1006)
+    await asyncio.gather(*harness.tasks)
+    assert [c.session_id for c in resumes.parked()] == ["sess_a"] and registry.count == 1
+    second = FakeSocket()
+    harness.connect(second, engine, registry=registry, resumes=resumes, session_id="sess_b", handshake=Handshake.DUPLEX)
+    second.push({
+        "type": "session.resume", "session_id": "sess_a", "resume_token": created["resume_token"],
+        "last_received_server_event_seq": created["server_event_seq"],
+    })
+    await second.wait_for("session.resumed")
+    assert second.errors() == [] and registry.count == 1 and engine.active_sessions == 1
+    second.push({"type": "session.close"})
+    assert await second.wait_closed() == 1000
+    await asyncio.gather(*harness.tasks)
+    assert registry.count == 0 and engine.active_sessions == 0
+
+
+# ---------------------------------------------------------------------------------------
+# every way a session ends releases its slot and its engine session
+
+
+async def assert_released(harness: Harness, registry: SessionRegistry, engine: EchoEngine) -> None:
+    await asyncio.gather(*harness.tasks)
+    assert registry.count == 0
+    assert engine.active_sessions == 0
+
+
+@pytest.mark.parametrize("code", [1000, 1001, 1006])
+async def test_client_close_or_drop_without_resume_ends_the_session(harness: Harness, code: int) -> None:
+    socket, registry, engine = FakeSocket(), SessionRegistry(4), await echo()
+    harness.connect(socket, engine, registry=registry)
+    await socket.wait_for("session.created")
+    assert registry.count == 1 and engine.active_sessions == 1
+    socket.drop(code)
+    await assert_released(harness, registry, engine)
+
+
+async def test_idle_client_is_closed_4000(harness: Harness) -> None:
+    socket, registry, engine = FakeSocket(), SessionRegistry(4), await echo()
+    harness.connect(socket, engine, registry=registry, **{"limits.idle_timeout_s": 0.05})
+    assert await socket.wait_closed() == 4000
+    assert socket.errors() == ["idle_timeout"]
+    await assert_released(harness, registry, engine)
+
+
+async def test_session_past_its_maximum_duration_is_closed_4001(harness: Harness) -> None:
+    socket, registry, engine = FakeSocket(), SessionRegistry(4), await echo()
+    harness.connect(socket, engine, registry=registry, **{"limits.max_session_s": 0.05})
+    assert await socket.wait_closed() == 4001
+    assert socket.errors() == ["session_max_duration"]
+    await assert_released(harness, registry, engine)
+
+
+async def test_client_that_stops_reading_is_closed_4002(harness: Harness) -> None:
+    socket, registry, engine = FakeSocket(), SessionRegistry(4), await echo()
+    socket.stalled = True
+    harness.connect(
+        socket, engine, registry=registry, **{"limits.send_queue_size": 16, "limits.send_timeout_s": 0.05}
+    )
+    for _ in range(40):  # more answers than the send queue holds
+        socket.push({"type": "session.heartbeat"})
+    assert await socket.wait_closed() == 4002
+    await assert_released(harness, registry, engine)
+
+
+async def test_a_fault_in_the_gateway_closes_1011_and_releases(harness: Harness) -> None:
+    socket, registry, engine = FakeSocket(), SessionRegistry(4), await echo()
+    harness.connect(socket, engine, registry=registry)
+    await socket.wait_for("session.created")
+    socket.incoming.put_nowait({})  # a transport message without even a type: a bug, not bad client input
+    assert await socket.wait_closed() == 1011
+    await assert_released(harness, registry, engine)
+
+
+async def test_an_engine_that_cannot_open_sessions_closes_1013(harness: Harness) -> None:
+    socket, registry = FakeSocket(), SessionRegistry(4)
+    engine = EchoEngine(rate=RATE)  # never started: open_session raises EngineUnavailable
+    harness.connect(socket, engine, registry=registry)
+    assert await socket.wait_closed() == 1013
+    assert socket.errors() == ["engine_unavailable"]
+    await assert_released(harness, registry, engine)
+
+
+async def test_an_engine_full_of_sessions_closes_1013_session_limit(harness: Harness) -> None:
+    registry = SessionRegistry(4)
+    engine = await echo(max_sessions=1)
+    first, second = FakeSocket(), FakeSocket()
+    harness.connect(first, engine, registry=registry, session_id="sess_a")
+    await first.wait_for("session.created")
+    harness.connect(second, engine, registry=registry, session_id="sess_b")
+    assert await second.wait_closed() == 1013
+    assert second.errors() == ["session_limit"]
+    await harness.tasks[-1]
+    assert registry.count == 1 and engine.active_sessions == 1
+
+
+async def test_a_bad_message_costs_only_that_message(harness: Harness) -> None:
+    socket = FakeSocket()
+    harness.connect(socket, await echo())
+    socket.incoming.put_nowait({"type": "websocket.receive", "bytes": b"\x00\x01"})
+    socket.incoming.put_nowait({"type": "websocket.receive", "text": "{oops"})
+    socket.push({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"\x00\x01\x02").decode()})
+    socket.push({"type": "session.heartbeat"})
+    await socket.wait_for("session.heartbeat_ack")
+    assert socket.errors() == ["binary_not_supported", "invalid_json", "invalid_audio_length"]
+    assert socket.close_code is None
