@@ -96,6 +96,8 @@ class EchoSettings(_Section):
     #: Speed of the echoed reply relative to real time; 0 sends it as fast as possible.
     pace: float = Field(1.0, ge=0)
     max_turn_s: float = Field(60.0, gt=0)
+    #: Time from a reply's request to its start, as a model's time to first audio would be.
+    start_delay_ms: int = Field(0, ge=0, le=60_000)
 
 
 class EmbeddedSettings(_Section):

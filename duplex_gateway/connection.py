@@ -47,7 +47,6 @@ from duplex_gateway.resume import Journal, ResumeRegistry, new_resume_token
 from duplex_gateway.session import (
     AckPlayback,
     AddItem,
-    DeleteItem,
     AppendAudio,
     BargeInEngine,
     CallerPaused,
@@ -55,6 +54,7 @@ from duplex_gateway.session import (
     ClearInput,
     CloseSession,
     CommitInput,
+    DeleteItem,
     Handshake,
     OpenEngine,
     Output,
@@ -211,6 +211,10 @@ class Connection:
         self._output: OutputConverter | None = None
         # The session epoch the output converter's state belongs to (see _emit).
         self._output_epoch = 0
+        # The session's own clock-driven work (Session.next_timer), e.g. idle_timeout_ms.
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._timer_task: asyncio.Task[None] | None = None
 
     @property
     def session_id(self) -> str:
@@ -419,6 +423,8 @@ class Connection:
         if self._ended.is_set():
             return
         self._ended.set()
+        if self._timer is not None:
+            self._timer.cancel()
         engine_session, self._engine_session = self._engine_session, None
         if engine_session is not None:
             reason = self._closing.reason if self._closing else "disconnected"
@@ -451,7 +457,8 @@ class Connection:
     async def _pump_engine(self, engine_session: port.EngineSession) -> None:
         try:
             async for event in engine_session.events():
-                await self._step(functools.partial(self.session.engine_event, event))
+                now = asyncio.get_running_loop().time()
+                await self._step(functools.partial(self.session.engine_event, event, now=now))
                 if isinstance(event, port.EngineClosed):
                     return
         except _SlowConsumer:
@@ -466,6 +473,35 @@ class Connection:
     async def _step(self, decide: Callable[[], list[Output]]) -> None:
         async with self._lock:
             await self._apply(decide())
+            self._schedule_timer()
+
+    def _schedule_timer(self) -> None:
+        """Wake the session when its next timer is due (it keeps no clock of its own)."""
+        due = self.session.next_timer
+        if due == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_at = None, due
+        if due is not None and not self._ended.is_set():
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_at(due, self._timer_due)
+
+    def _timer_due(self) -> None:
+        self._timer = self._timer_at = None
+        if not self._ended.is_set():
+            self._timer_task = asyncio.get_running_loop().create_task(
+                self._on_timer(), name=f"timer:{self.session_id}"
+            )
+
+    async def _on_timer(self) -> None:
+        now = asyncio.get_running_loop().time()
+        try:
+            await self._step(lambda: self.session.tick(now))
+        except _SlowConsumer:
+            return
+        except Exception:  # a bug must cost this session only
+            logger.exception("timer of session %s failed", self.session_id)
 
     async def _apply(self, outputs: Sequence[Output]) -> None:
         for output in outputs:

@@ -28,6 +28,7 @@ __all__ = [
     "HeartbeatAck",
     "InputAudioCleared",
     "InputAudioCommitted",
+    "InputAudioTimeoutTriggered",
     "InputTranscriptionCompleted",
     "InputTranscriptionDelta",
     "InputTranscriptionFailed",
@@ -112,6 +113,16 @@ class InputAudioCommitted(ServerEvent):
     type: ClassVar[str] = "input_audio_buffer.committed"
     item_id: str
     previous_item_id: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputAudioTimeoutTriggered(ServerEvent):
+    """``turn_detection.idle_timeout_ms`` ran out: the caller's silence became turn ``item_id``."""
+
+    type: ClassVar[str] = "input_audio_buffer.timeout_triggered"
+    item_id: str
+    audio_start_ms: int
+    audio_end_ms: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,7 +24,7 @@ from duplex_gateway import commands as cmd
 from duplex_gateway import events as ev
 from duplex_gateway.engine import port
 from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError
-from duplex_gateway.session_config import Modality, SessionConfig
+from duplex_gateway.session_config import Modality, SessionConfig, TurnDetectionMode
 from duplex_gateway.vad import SpeechPause, SpeechStart, SpeechStop, TurnDetector
 
 __all__ = [
@@ -192,6 +192,8 @@ class _Response:
     phase: _Phase = _Phase.REQUESTED
     item_id: str | None = None
     audio_ms: float = 0.0
+    #: When its first audio reached the session (the caller starts hearing it then).
+    first_audio_at: float | None = None
     #: Transcript deltas with the reply audio produced when each arrived, so a
     #: truncated reply keeps the words the caller heard.
     transcript: list[tuple[float, str]] = field(default_factory=list)
@@ -249,6 +251,10 @@ class Session:
         self._speech_item_id: str | None = None
         self._ring: deque[tuple[float, float, bytes]] = deque()
         self._detector = self._make_detector()
+        # turn_detection.idle_timeout_ms: when the caller's silence after a reply ends
+        # their turn for them, and where on the input clock that silence began.
+        self._idle_deadline: float | None = None
+        self._idle_from_ms = 0.0
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -552,6 +558,7 @@ class Session:
         return (td.prefix_padding_ms if td else 0) + _RING_SLACK_MS
 
     def _speech_started(self, audio_start_ms: int) -> list[Output]:
+        self._idle_deadline = None
         item_id = self._new_id("item")
         self._speech_item_id = item_id
         outputs: list[Output] = [ev.SpeechStarted(audio_start_ms=audio_start_ms, item_id=item_id)]
@@ -603,24 +610,66 @@ class Session:
     def _request_response(self, modalities: tuple[Modality, ...]) -> _Response:
         """A new reply, owned from now on: cancel, clear and barge-in reach it before the engine starts it."""
         assert self._response is None
+        self._idle_deadline = None
         response = _Response(id=self._new_id("resp"), modalities=modalities)
         self._response = response
         return response
 
+    # -- the clock ------------------------------------------------------------------------
+
+    @property
+    def next_timer(self) -> float | None:
+        """When :meth:`tick` next has work to do (the clock of :meth:`receive`), or None."""
+        return None if self.closed else self._idle_deadline
+
+    def tick(self, now: float) -> list[Output]:
+        """Time has passed: fire what :attr:`next_timer` announced, if it is due."""
+        deadline = self._idle_deadline
+        if self.closed or deadline is None or now < deadline:
+            return []
+        self._idle_deadline = None
+        if self._response is not None or self._speech_item_id is not None:
+            return []  # the conversation moved on by itself
+        # turn_detection.idle_timeout_ms ran out: the caller's silence ends their turn
+        # (it is committed, as OpenAI does) and the assistant speaks up.
+        item_id = self._new_id("item")
+        self._speech_item_id = item_id
+        triggered = ev.InputAudioTimeoutTriggered(
+            item_id=item_id, audio_start_ms=int(self._idle_from_ms), audio_end_ms=int(self._input_ms)
+        )
+        return [triggered, *self._commit_turn(create_response=True)]
+
+    def _arm_idle_timer(self, response: _Response, now: float) -> None:
+        td = self.config.turn_detection
+        if td is None or td.idle_timeout_ms is None or td.mode is not TurnDetectionMode.SERVER_VAD:
+            return
+        # The timeout counts from when the reply has finished playing, not from when
+        # the engine finished making it: a reply made faster than real time is still playing.
+        started = response.first_audio_at if response.first_audio_at is not None else now
+        played_until = max(now, started + response.audio_ms / 1000.0)
+        self._idle_deadline = played_until + td.idle_timeout_ms / 1000.0
+        self._idle_from_ms = self._input_ms + (played_until - now) * 1000.0
+
     # -- engine events -----------------------------------------------------------------
 
-    def engine_event(self, event: port.EngineEvent) -> list[Output]:
-        """Handle one event from the engine session."""
+    def engine_event(self, event: port.EngineEvent, *, now: float | None = None) -> list[Output]:
+        """Handle one event from the engine session, received at ``now`` (the clock of :meth:`receive`).
+
+        Without ``now`` the session cannot tell when a reply finishes playing, so
+        ``turn_detection.idle_timeout_ms`` is not armed by it.
+        """
         if self.closed:
             return []
         if isinstance(event, port.EngineResponseStarted):
             return self._response_started(event.response_id)
         if isinstance(event, port.EngineAudio | port.EngineTranscript | port.EngineText):
-            return self._response_output(event)
+            return self._response_output(event, now)
         if isinstance(event, port.EngineResponseDone):
             response = self._response
             if response is None or response.id != event.response_id:
                 return []  # already finished on our side (cancelled): fenced
+            if event.status == "completed" and now is not None:
+                self._arm_idle_timer(response, now)
             return self._finish(event.status, event.reason)
         if isinstance(event, port.EngineSpeechStarted):
             if self._speech_item_id is not None:
@@ -715,7 +764,7 @@ class Session:
         ]
 
     def _response_output(
-        self, event: port.EngineAudio | port.EngineTranscript | port.EngineText
+        self, event: port.EngineAudio | port.EngineTranscript | port.EngineText, now: float | None = None
     ) -> list[Output]:
         response = self._response
         if response is None or response.id != event.response_id:
@@ -728,6 +777,8 @@ class Session:
         if isinstance(event, port.EngineAudio):
             if response.part_type != "audio" or not event.pcm:
                 return outputs
+            if response.first_audio_at is None:
+                response.first_audio_at = now
             ms = len(event.pcm) * 1000.0 / (2 * self.capabilities.output_rate)
             response.audio_ms += ms
             record = self._items.get(iid)

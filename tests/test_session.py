@@ -682,3 +682,57 @@ def test_failed_recognition_is_reported_and_the_session_goes_on() -> None:
     out = s.engine_event(failed)
     assert out == [ev.InputTranscriptionFailed(item_id="i", code="transcription_failed", message="boom")]
     assert not s.closed
+
+
+# -- turn_detection.idle_timeout_ms ------------------------------------------------------
+
+IDLE = SessionConfig(turn_detection=TurnDetection(prefix_padding_ms=100, silence_duration_ms=200, idle_timeout_ms=2000))
+
+
+def played_reply(s: Session, rid: str, *, at: float, audio_ms: int) -> None:
+    """The engine makes a reply of ``audio_ms`` in no time at ``at``."""
+    start_response(s, rid)
+    s.engine_event(port.EngineAudio(response_id=rid, pcm=pcm(audio_ms)), now=at)
+    s.engine_event(port.EngineResponseDone(response_id=rid), now=at)
+
+
+def test_idle_timeout_counts_from_the_end_of_playback_then_commits_and_replies() -> None:
+    s = make(IDLE)
+    rid = requested_by_vad_turn(s)
+    played_reply(s, rid, at=10.0, audio_ms=1500)
+    # The reply plays until 11.5 s; the caller's silence may last until 13.5 s.
+    assert s.next_timer == pytest.approx(13.5)
+    assert s.tick(13.4) == []
+    out = s.tick(13.5)
+    assert types(out)[:5] == [
+        "input_audio_buffer.timeout_triggered", "CommitInput", "input_audio_buffer.committed",
+        "conversation.item.added", "conversation.item.done",
+    ]
+    assert types(out)[-1] == "response.created"
+    triggered = out[0]
+    assert isinstance(triggered, ev.InputAudioTimeoutTriggered)
+    assert only(out, CommitInput)[0].item_id == triggered.item_id
+    assert only(out, CommitInput)[0].response_id == out[-1].response_id  # type: ignore[union-attr]
+    assert s.next_timer is None and s.tick(100.0) == []
+
+
+def test_idle_timeout_is_disarmed_by_caller_speech_and_off_without_the_setting() -> None:
+    s = make(IDLE)
+    rid = requested_by_vad_turn(s)
+    played_reply(s, rid, at=0.0, audio_ms=100)
+    assert s.next_timer is not None
+    feed(s, 640, 320, 0.95)  # the caller speaks up before the timeout
+    assert s.next_timer is None and s.tick(1_000.0) == []
+
+    plain = make(VAD)
+    rid = requested_by_vad_turn(plain)
+    played_reply(plain, rid, at=0.0, audio_ms=100)
+    assert plain.next_timer is None
+
+
+def test_idle_timeout_does_not_fire_over_a_reply_in_progress() -> None:
+    s = make(IDLE)
+    rid = requested_by_vad_turn(s)
+    played_reply(s, rid, at=0.0, audio_ms=100)
+    s.receive(cmd.ResponseCreate(), now=0.5)
+    assert s.next_timer is None and s.tick(10.0) == []

@@ -71,6 +71,7 @@ from duplex_gateway.events import (
     HeartbeatAck,
     InputAudioCleared,
     InputAudioCommitted,
+    InputAudioTimeoutTriggered,
     InputTranscriptionCompleted,
     InputTranscriptionDelta,
     InputTranscriptionFailed,
@@ -336,7 +337,7 @@ _BETA_NAMES = {
     "conversation.item.added": "conversation.item.created",
 }
 #: Events with no beta form (:func:`render_server_event` returns ``None`` for them).
-_GA_ONLY = frozenset({"conversation.item.done"})
+_GA_ONLY = frozenset({"conversation.item.done", "input_audio_buffer.timeout_triggered"})
 #: vLLM-Omni events sent unasked, so only to clients of its duplex handshake: a plain
 #: Realtime client knows no such type (strict ones report an error for it).
 _DUPLEX_ONLY = frozenset({"session.closed"})
@@ -475,6 +476,11 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
     SpeechStopped: lambda e, beta, sid: {"audio_end_ms": e.audio_end_ms, "item_id": e.item_id},
     InputAudioCommitted: lambda e, beta, sid: {"previous_item_id": e.previous_item_id, "item_id": e.item_id},
     InputAudioCleared: lambda e, beta, sid: {},
+    InputAudioTimeoutTriggered: lambda e, beta, sid: {
+        "item_id": e.item_id,
+        "audio_start_ms": e.audio_start_ms,
+        "audio_end_ms": e.audio_end_ms,
+    },
     ConversationItemAdded: lambda e, beta, sid: {
         "previous_item_id": e.previous_item_id,
         "item": render_item(e.item, beta=beta),

@@ -93,6 +93,8 @@ class EchoSession(port.EngineSession):
         seconds = len(audio) / (2 * self._rate)
         loop = asyncio.get_running_loop()
         try:
+            if self._engine.start_delay_s > 0:
+                await asyncio.sleep(self._engine.start_delay_s)
             await self._events.put(port.EngineResponseStarted(response_id=response_id))
             text = f"(echo of {seconds:.1f} s of your audio)" if audio else "(nothing to echo yet)"
             await self._events.put(port.EngineTranscript(response_id=response_id, delta=text))
@@ -121,7 +123,9 @@ class EchoEngine(port.Engine):
 
     ``rate``: sample rate of the engine side (both directions); ``chunk_ms``:
     size of each reply chunk; ``pace``: speed of the reply relative to real time
-    (0 sends as fast as the client reads); ``max_turn_s``: longest turn kept.
+    (0 sends as fast as the client reads); ``max_turn_s``: longest turn kept;
+    ``start_delay_ms``: time before a requested reply starts, to let clients meet
+    the gap a real model leaves between a turn's end and its first audio.
     """
 
     def __init__(
@@ -131,6 +135,7 @@ class EchoEngine(port.Engine):
         chunk_ms: int = 100,
         pace: float = 1.0,
         max_turn_s: float = 60.0,
+        start_delay_ms: int = 0,
         max_sessions: int | None = None,
     ) -> None:
         self._caps = port.EngineCapabilities(
@@ -139,6 +144,7 @@ class EchoEngine(port.Engine):
         self.chunk_ms = chunk_ms
         self.pace = pace
         self.max_turn_s = max_turn_s
+        self.start_delay_s = start_delay_ms / 1000.0
         self._sessions: dict[str, EchoSession] = {}
         self._started = False
 

@@ -20,6 +20,7 @@ def _echo(settings: GatewaySettings) -> Engine:
         chunk_ms=echo.chunk_ms,
         pace=echo.pace,
         max_turn_s=echo.max_turn_s,
+        start_delay_ms=echo.start_delay_ms,
         max_sessions=settings.limits.max_sessions,
     )
 
