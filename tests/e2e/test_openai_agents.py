@@ -91,6 +91,10 @@ async def test_voice_turn_through_a_realtime_agent(gateway: Gateway) -> None:
     raw = _raw_server_events(events)
     completed = [e for e in raw if e["type"] == "conversation.item.input_audio_transcription.completed"]
     assert len(completed) == 1, [e["type"] for e in raw]
+    # Its usage is the length of the caller's turn: the fixture's 2.9 s of speech, its prefix padding
+    # and the silence that ended it.
+    usage = completed[0]["usage"]
+    assert usage["type"] == "duration" and 2.9 <= usage["seconds"] <= 5.0, usage
     # The caller's words, as the gateway recognised them, are in the agent's history.
     transcripts = _user_transcripts(list(history.values()))
     assert transcripts == [completed[0]["transcript"]], (transcripts, completed)
