@@ -11,6 +11,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -29,7 +30,7 @@ from duplex_gateway.errors import CloseCode, ErrorCode
 from duplex_gateway.events import ErrorEvent
 from duplex_gateway.resume import ResumeRegistry
 from duplex_gateway.session import Handshake
-from duplex_gateway.session_config import SessionConfig, TurnDetection
+from duplex_gateway.session_config import InputTranscription, SessionConfig, SessionKind, TurnDetection
 
 __all__ = ["create_app", "session_defaults"]
 
@@ -113,12 +114,18 @@ class _Gateway:
                 await websocket.send_text(json.dumps(payload))
                 await websocket.close(int(CloseCode.POLICY_VIOLATION), "unauthorized")
             return
+        defaults = self.defaults
+        if websocket.query_params.get("intent") == "transcription":
+            # OpenAI's way to open a transcription session: it starts as one, transcribing.
+            defaults = replace(
+                defaults, kind=SessionKind.TRANSCRIPTION, input_transcription=InputTranscription()
+            )
         connection = Connection(
             websocket,
             session_id=session_id,
             engine=self.engine,
             settings=self.settings,
-            defaults=self.defaults,
+            defaults=defaults,
             registry=self.registry,
             executor=self.executor,
             handshake=handshake,

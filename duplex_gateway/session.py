@@ -24,7 +24,7 @@ from duplex_gateway import commands as cmd
 from duplex_gateway import events as ev
 from duplex_gateway.engine import port
 from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError
-from duplex_gateway.session_config import Modality, SessionConfig, TurnDetectionMode
+from duplex_gateway.session_config import Modality, SessionConfig, SessionKind, TurnDetectionMode
 from duplex_gateway.vad import SpeechPause, SpeechStart, SpeechStop, TurnDetector
 
 __all__ = [
@@ -260,9 +260,33 @@ class Session:
 
     def start(self) -> list[Output]:
         """The first events of a session (``session.created`` for a realtime handshake)."""
-        if self.handshake is Handshake.REALTIME:
-            return [self._created()]
-        return []
+        if self.handshake is not Handshake.REALTIME:
+            return []
+        try:
+            self._checked(self.config)
+        except ProtocolError as exc:
+            return [self._created(), self._error(exc)]
+        return [self._created()]
+
+    @property
+    def transcribing_only(self) -> bool:
+        """A transcription session: turns are transcribed, never answered."""
+        return self.config.kind is SessionKind.TRANSCRIPTION
+
+    def _checked(self, config: SessionConfig) -> SessionConfig:
+        if config.kind is SessionKind.TRANSCRIPTION and not self.capabilities.input_transcription:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE,
+                f"the {self.capabilities.name} engine cannot transcribe, so it cannot run a transcription session",
+                param="session.type",
+            )
+        return config
+
+    @staticmethod
+    def _never_replies(param: str | None = None) -> ProtocolError:
+        return ProtocolError(
+            ErrorCode.INVALID_EVENT, "a transcription session transcribes the caller and never replies", param=param
+        )
 
     def engine_opened(self) -> list[Output]:
         """The engine session requested by :class:`OpenEngine` is ready."""
@@ -300,7 +324,11 @@ class Session:
         A Realtime client asks for them (``audio.input.transcription``); vLLM-Omni's
         duplex server sends whatever its model transcribed, asked or not.
         """
-        return self.config.input_transcription or self.handshake is Handshake.DUPLEX
+        return (
+            self.config.input_transcription is not None
+            or self.config.kind is SessionKind.TRANSCRIPTION
+            or self.handshake is Handshake.DUPLEX
+        )
 
     @property
     def response_active(self) -> bool:
@@ -351,14 +379,22 @@ class Session:
     def _open(self, command: cmd.SessionUpdate) -> list[Output]:
         if self._opening:
             raise ProtocolError(ErrorCode.SESSION_NOT_CONFIGURED, "the session is still opening")
-        self.config = self.config.apply(command.session)
+        self.config = self._checked(self.config.apply(command.session))
         self._detector = self._make_detector()
         self._opening = True
         return [OpenEngine(config=self.config)]
 
     def _on_update(self, command: cmd.SessionUpdate, now: float) -> list[Output]:
         before = self.config
-        self.config = before.apply(command.session)
+        after = self._checked(before.apply(command.session))
+        if after.kind is not before.kind:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE,
+                f"this is a {before.kind.value} session; session.type cannot change "
+                "(open a new session, e.g. /v1/realtime?intent=transcription)",
+                param="session.type",
+            )
+        self.config = after
         if self.config.turn_detection != before.turn_detection:
             self._end_speech()
             self._detector = self._make_detector()
@@ -373,6 +409,8 @@ class Session:
         return [ProcessInput(audio=command.audio)]
 
     def _on_commit(self, command: cmd.InputAudioCommit, now: float) -> list[Output]:
+        if command.create_response and self.transcribing_only:
+            raise self._never_replies(param="response_create")
         if self._buffered_ms <= 0.0:
             raise ProtocolError(ErrorCode.INPUT_AUDIO_BUFFER_EMPTY, "the input audio buffer is empty")
         if command.create_response is None:
@@ -394,6 +432,8 @@ class Session:
         return [ClearInput(), ev.InputAudioCleared()]
 
     def _on_response_create(self, command: cmd.ResponseCreate, now: float) -> list[Output]:
+        if self.transcribing_only:
+            raise self._never_replies()
         if self.response_active:
             raise ProtocolError(
                 ErrorCode.RESPONSE_ALREADY_ACTIVE,
@@ -583,7 +623,7 @@ class Session:
 
     def _turn_detection_creates_response(self) -> bool:
         td = self.config.turn_detection
-        return td is not None and td.create_response and not self.response_active
+        return td is not None and td.create_response and not self.response_active and not self.transcribing_only
 
     def _end_speech(self) -> None:
         self._speech_item_id = None

@@ -15,8 +15,10 @@ from duplex_gateway.errors import ErrorCode, ProtocolError
 
 __all__ = [
     "UNSET",
+    "InputTranscription",
     "Modality",
     "SessionConfig",
+    "SessionKind",
     "SessionPatch",
     "TurnDetection",
     "TurnDetectionMode",
@@ -34,6 +36,28 @@ UNSET = _Unset.UNSET
 class TurnDetectionMode(enum.StrEnum):
     SERVER_VAD = "server_vad"
     SEMANTIC_VAD = "semantic_vad"
+
+
+class SessionKind(enum.StrEnum):
+    """What the session is for (``session.type``); fixed for the session's life."""
+
+    #: A conversation: the caller's turns are answered.
+    REALTIME = "realtime"
+    #: Transcription only: turns are found and transcribed, never answered.
+    TRANSCRIPTION = "transcription"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputTranscription:
+    """The client asked for the caller's words (``audio.input.transcription``); echoed as sent.
+
+    The gateway transcribes with its engine's own recogniser whatever ``model``
+    names; ``language`` and ``prompt`` are passed to engines that take them.
+    """
+
+    model: str = "whisper-1"
+    language: str | None = None
+    prompt: str | None = None
 
 
 class Modality(enum.StrEnum):
@@ -80,6 +104,7 @@ class TurnDetection:
 class SessionConfig:
     """The full, validated configuration of one session."""
 
+    kind: SessionKind = SessionKind.REALTIME
     model: str = "duplex-gateway"
     instructions: str = ""
     voice: str = "default"
@@ -91,7 +116,7 @@ class SessionConfig:
         default_factory=lambda: AudioFormat(encoding=Encoding.PCM16, rate=24_000)
     )
     turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
-    input_transcription: bool = False
+    input_transcription: InputTranscription | None = None
     speed: float = 1.0
 
     def apply(self, patch: SessionPatch) -> SessionConfig:
@@ -110,6 +135,7 @@ class SessionConfig:
 class SessionPatch:
     """The fields of a ``session.update``; :data:`UNSET` where the client said nothing."""
 
+    kind: SessionKind | _Unset = UNSET
     model: str | _Unset = UNSET
     instructions: str | _Unset = UNSET
     voice: str | _Unset = UNSET
@@ -117,5 +143,5 @@ class SessionPatch:
     input_format: AudioFormat | _Unset = UNSET
     output_format: AudioFormat | _Unset = UNSET
     turn_detection: TurnDetection | None | _Unset = UNSET
-    input_transcription: bool | _Unset = UNSET
+    input_transcription: InputTranscription | None | _Unset = UNSET
     speed: float | _Unset = UNSET

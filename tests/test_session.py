@@ -29,7 +29,13 @@ from duplex_gateway.session import (
     StartResponse,
     UpdateEngine,
 )
-from duplex_gateway.session_config import SessionConfig, SessionPatch, TurnDetection
+from duplex_gateway.session_config import (
+    InputTranscription,
+    SessionConfig,
+    SessionKind,
+    SessionPatch,
+    TurnDetection,
+)
 
 RATE = 24_000
 CAPS = port.EngineCapabilities(name="test", input_rate=RATE, output_rate=RATE)
@@ -401,7 +407,7 @@ def test_item_history_is_bounded() -> None:
 
 def test_engine_detected_turns_and_transcripts() -> None:
     caps = port.EngineCapabilities(name="vad-engine", input_rate=RATE, output_rate=RATE, detects_turns=True)
-    config = replace(VAD, input_transcription=True)
+    config = replace(VAD, input_transcription=InputTranscription())
     s = Session(session_id="s", capabilities=caps, defaults=config, handshake=Handshake.REALTIME)
     assert not s.gateway_vad
     # With engine-side turn detection every chunk goes straight to the engine.
@@ -418,7 +424,7 @@ def test_engine_detected_turns_and_transcripts() -> None:
 
 
 def test_partial_hypotheses_become_append_only_deltas() -> None:
-    s = make(replace(MANUAL, input_transcription=True))
+    s = make(replace(MANUAL, input_transcription=InputTranscription()))
 
     def partial(text: str) -> list[str]:
         out = s.engine_event(port.EngineInputTranscript(item_id="item_p", text=text))
@@ -663,7 +669,7 @@ def test_a_realtime_client_gets_transcripts_only_when_it_asked() -> None:
     assert s.engine_event(port.EngineInputTranscript(item_id="i", text="hello there", final=True)) == []
     failed = port.EngineInputTranscriptFailed(item_id="i", code="transcription_failed", message="boom")
     assert s.engine_event(failed) == []
-    s.receive(cmd.SessionUpdate(session=SessionPatch(input_transcription=True)), now=0)
+    s.receive(cmd.SessionUpdate(session=SessionPatch(input_transcription=InputTranscription())), now=0)
     out = s.engine_event(port.EngineInputTranscript(item_id="i", text="hello", final=True))
     assert types(out) == ["conversation.item.input_audio_transcription.completed"]
 
@@ -677,7 +683,7 @@ def test_a_duplex_client_gets_transcripts_as_vllm_omni_sends_them() -> None:
 
 
 def test_failed_recognition_is_reported_and_the_session_goes_on() -> None:
-    s = make(replace(MANUAL, input_transcription=True))
+    s = make(replace(MANUAL, input_transcription=InputTranscription()))
     failed = port.EngineInputTranscriptFailed(item_id="i", code="transcription_failed", message="boom")
     out = s.engine_event(failed)
     assert out == [ev.InputTranscriptionFailed(item_id="i", code="transcription_failed", message="boom")]
@@ -736,3 +742,50 @@ def test_idle_timeout_does_not_fire_over_a_reply_in_progress() -> None:
     played_reply(s, rid, at=0.0, audio_ms=100)
     s.receive(cmd.ResponseCreate(), now=0.5)
     assert s.next_timer is None and s.tick(10.0) == []
+
+
+# -- transcription sessions ------------------------------------------------------------------
+
+TRANSCRIBING_CAPS = port.EngineCapabilities(name="asr", input_rate=RATE, output_rate=RATE, input_transcription=True)
+TRANSCRIPTION = SessionConfig(
+    kind=SessionKind.TRANSCRIPTION,
+    turn_detection=TurnDetection(prefix_padding_ms=100, silence_duration_ms=200),
+)
+
+
+def test_a_transcription_session_transcribes_turns_and_never_replies() -> None:
+    s = Session(session_id="t", capabilities=TRANSCRIBING_CAPS, defaults=TRANSCRIPTION, handshake=Handshake.REALTIME)
+    assert types(s.start()) == ["session.created"]
+    feed(s, 0, 320, 0.95)
+    out = feed(s, 320, 320, 0.01)
+    commit = only(out, CommitInput)[0]
+    assert commit.response_id is None and only(out, ev.ResponseCreated) == []
+    # Asked or not, the caller's words are what a transcription session is for.
+    out = s.engine_event(port.EngineInputTranscript(item_id=commit.item_id, text="hello", final=True))
+    assert types(out) == ["conversation.item.input_audio_transcription.completed"]
+    feed(s, 640, 320, 0.95)  # the caller speaks again
+    for command in (cmd.ResponseCreate(event_id="r"), cmd.InputAudioCommit(create_response=True, event_id="r")):
+        error = s.receive(command, now=0)[0]
+        assert isinstance(error, ev.ErrorEvent) and error.code is ErrorCode.INVALID_EVENT and error.event_id == "r"
+    # A plain commit is fine and asks for nothing.
+    assert only(s.receive(cmd.InputAudioCommit(), now=0), CommitInput)[0].response_id is None
+
+
+def test_session_type_cannot_change() -> None:
+    s = make()
+    out = s.receive(cmd.SessionUpdate(session=SessionPatch(kind=SessionKind.TRANSCRIPTION)), now=0)
+    assert out[0].code is ErrorCode.INVALID_VALUE and out[0].param == "session.type"  # type: ignore[union-attr]
+    assert s.config.kind is SessionKind.REALTIME
+    assert types(s.receive(cmd.SessionUpdate(session=SessionPatch(kind=SessionKind.REALTIME)), now=0)) == [
+        "UpdateEngine", "session.updated",
+    ]
+
+
+def test_an_engine_that_cannot_transcribe_refuses_a_transcription_session() -> None:
+    s = make(TRANSCRIPTION)  # CAPS: no input transcription
+    out = s.start()
+    assert types(out) == ["session.created", "error"]
+    assert out[1].param == "session.type"  # type: ignore[union-attr]
+    duplex = make(handshake=Handshake.DUPLEX)
+    out = duplex.receive(cmd.SessionUpdate(session=SessionPatch(kind=SessionKind.TRANSCRIPTION)), now=0)
+    assert out[0].code is ErrorCode.INVALID_VALUE  # type: ignore[union-attr]

@@ -27,8 +27,10 @@ from typing import Any
 from duplex_gateway.audio.format import MAX_RATE, MIN_RATE, AudioFormat, Encoding
 from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.session_config import (
+    InputTranscription,
     Modality,
     SessionConfig,
+    SessionKind,
     SessionPatch,
     TurnDetection,
     TurnDetectionMode,
@@ -41,6 +43,7 @@ __all__ = [
     "parse_session_patch",
     "parse_turn_detection",
     "session_payload",
+    "transcription_object",
     "turn_detection_object",
     "wire_value",
 ]
@@ -337,8 +340,8 @@ def _speed(value: object, param: str) -> float:
 def parse_session_patch(session: Mapping[str, object], path: str = "session") -> SessionPatch:
     """Read a ``session.update``'s ``session`` object (any of the three shapes)."""
     kind = session.get("type")
-    if kind is not None and kind != "realtime":
-        raise invalid(join(path, "type"), "only 'realtime' sessions are supported")
+    if kind is not None and (not isinstance(kind, str) or kind not in _KINDS):
+        raise invalid(join(path, "type"), "session.type must be 'realtime' or 'transcription'")
     audio = opt_object(session, "audio", path)
     audio_path = join(path, "audio")
     ain = opt_object(audio, "input", audio_path) if audio is not None else None
@@ -349,6 +352,8 @@ def parse_session_patch(session: Mapping[str, object], path: str = "session") ->
     ]
 
     patch: dict[str, Any] = {}
+    if kind is not None:
+        patch["kind"] = _KINDS[str(kind)]
     if session.get("model") is not None:
         patch["model"] = as_str(session["model"], join(path, "model"), nonempty=True)
     if "instructions" in session:
@@ -394,11 +399,30 @@ def parse_session_patch(session: Mapping[str, object], path: str = "session") ->
     return SessionPatch(**patch)
 
 
-def _transcription(value: object, param: str) -> bool:
+_KINDS = {kind.value: kind for kind in SessionKind}
+
+
+def _transcription(value: object, param: str) -> InputTranscription | None:
     if value is None:
-        return False
-    as_object(value, param)
-    return True
+        return None
+    obj = as_object(value, param)
+    settings: dict[str, str] = {}
+    for key in ("model", "language", "prompt"):
+        if obj.get(key) is not None:
+            settings[key] = as_str(obj[key], join(param, key))
+    return InputTranscription(**settings)
+
+
+def transcription_object(transcription: InputTranscription | None) -> JsonObject | None:
+    """The transcription settings as the client sent them (OpenAI echoes them so)."""
+    if transcription is None:
+        return None
+    obj: JsonObject = {"model": transcription.model}
+    if transcription.language is not None:
+        obj["language"] = transcription.language
+    if transcription.prompt is not None:
+        obj["prompt"] = transcription.prompt
+    return obj
 
 
 # ---- SessionConfig -> session object ----
@@ -428,9 +452,27 @@ def session_payload(
     capabilities: tuple[tuple[str, object], ...] = (),
 ) -> JsonObject:
     """The ``session`` object of ``session.created`` / ``session.updated``."""
-    transcription: JsonObject | None = {"model": config.model} if config.input_transcription else None
-    modalities = [modality.value for modality in config.output_modalities]
+    transcription = transcription_object(config.input_transcription)
     payload: JsonObject
+    if config.kind is SessionKind.TRANSCRIPTION and not beta:
+        payload = {
+            "type": "transcription",
+            "object": "realtime.transcription_session",
+            "id": session_id,
+            "audio": {
+                "input": {
+                    "format": format_object(config.input_format),
+                    "transcription": transcription,
+                    "turn_detection": turn_detection_object(config.turn_detection),
+                    "noise_reduction": None,
+                },
+            },
+            "include": None,
+        }
+        if capabilities:
+            payload["capabilities"] = {key: wire_value(value) for key, value in capabilities}
+        return payload
+    modalities = [modality.value for modality in config.output_modalities]
     if beta:
         payload = {
             "id": session_id,

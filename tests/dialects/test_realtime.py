@@ -85,8 +85,10 @@ from duplex_gateway.events import (
 )
 from duplex_gateway.session_config import (
     UNSET,
+    InputTranscription,
     Modality,
     SessionConfig,
+    SessionKind,
     SessionPatch,
     TurnDetection,
     TurnDetectionMode,
@@ -152,6 +154,7 @@ def test_session_update_ga_shape() -> None:
         }
     )
     assert patch == SessionPatch(
+        kind=SessionKind.REALTIME,
         model="gpt-realtime",
         instructions="be brief",
         output_modalities=(Modality.AUDIO,),
@@ -167,7 +170,7 @@ def test_session_update_ga_shape() -> None:
             interrupt_response=False,
             idle_timeout_ms=5000,
         ),
-        input_transcription=True,
+        input_transcription=InputTranscription(),
     )
 
 
@@ -192,7 +195,7 @@ def test_session_update_beta_flat_shape() -> None:
         input_format=fmt(Encoding.G711_ULAW, 8000),
         output_format=fmt(Encoding.G711_ALAW, 8000),
         turn_detection=TurnDetection(silence_duration_ms=700),
-        input_transcription=True,
+        input_transcription=InputTranscription(),
     )
 
 
@@ -314,10 +317,14 @@ def test_turn_detection(turn_detection: object, expected: TurnDetection | None) 
 
 
 def test_transcription_flag() -> None:
-    assert patch_of({"audio": {"input": {"transcription": {"model": "x"}}}}).input_transcription is True
-    assert patch_of({"audio": {"input": {"transcription": None}}}).input_transcription is False
-    assert patch_of({"input_audio_transcription": {}}).input_transcription is True
-    assert patch_of({"input_audio_transcription": None}).input_transcription is False
+    assert patch_of({"audio": {"input": {"transcription": {"model": "x"}}}}).input_transcription == (
+        InputTranscription(model="x")
+    )
+    asked = {"model": "gpt-4o-transcribe", "language": "de", "prompt": "Namen: Ueli"}
+    assert patch_of({"audio": {"input": {"transcription": asked}}}).input_transcription == InputTranscription(**asked)
+    assert patch_of({"audio": {"input": {"transcription": None}}}).input_transcription is None
+    assert patch_of({"input_audio_transcription": {}}).input_transcription == InputTranscription()
+    assert patch_of({"input_audio_transcription": None}).input_transcription is None
 
 
 def test_voice_object_and_speed() -> None:
@@ -402,7 +409,8 @@ def test_voice_object_and_speed() -> None:
         ({"speed": "fast"}, ErrorCode.INVALID_VALUE, "session.speed"),
         ({"instructions": 5}, ErrorCode.INVALID_VALUE, "session.instructions"),
         ({"model": ""}, ErrorCode.INVALID_VALUE, "session.model"),
-        ({"type": "transcription"}, ErrorCode.INVALID_VALUE, "session.type"),
+        ({"type": "conversation"}, ErrorCode.INVALID_VALUE, "session.type"),
+        ({"type": ["realtime"]}, ErrorCode.INVALID_VALUE, "session.type"),
         ({"audio": []}, ErrorCode.INVALID_VALUE, "session.audio"),
         ({"audio": {"input": 1}}, ErrorCode.INVALID_VALUE, "session.audio.input"),
         ({"input_audio_transcription": True}, ErrorCode.INVALID_VALUE, "session.input_audio_transcription"),
@@ -953,7 +961,7 @@ ASSISTANT = ConversationItem(id="item_a", role="assistant", content_type="audio"
 ASSISTANT_TEXT = ConversationItem(id="item_x", role="assistant", content_type="text", text="words")
 ASSISTANT_OPEN = ConversationItem(id="item_a", role="assistant", status="in_progress", content_type="audio")
 CONFIG = SessionConfig(
-    model="gpt-4o-realtime-preview", instructions="be kind", voice="v1", input_transcription=True
+    model="gpt-4o-realtime-preview", instructions="be kind", voice="v1", input_transcription=InputTranscription()
 )
 
 SAMPLES: list[ServerEvent] = [
@@ -1417,7 +1425,7 @@ def test_session_object_ga() -> None:
                     "interrupt_response": True,
                     "idle_timeout_ms": None,
                 },
-                "transcription": {"model": "gpt-4o-realtime-preview"},
+                "transcription": {"model": "whisper-1"},
             },
             "output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": "v1", "speed": 1.0},
         },
@@ -1541,7 +1549,9 @@ def _configs(draw: st.DrawFn, openai_formats: bool = False) -> SessionConfig:
         input_format=audio_format(),
         output_format=audio_format(),
         turn_detection=turn_detection,
-        input_transcription=draw(st.booleans()),
+        input_transcription=draw(
+            st.sampled_from([None, InputTranscription(), InputTranscription(model="gpt-4o-transcribe", language="en")])
+        ),
         speed=draw(st.floats(0.25, 1.5)),
     )
 
