@@ -90,7 +90,7 @@ async def test_a_reply_cancelled_before_the_engine_starts_it_is_cancelled(slow_g
         await send_json(ws, {"type": "response.cancel", "event_id": "cancel_now"})
         _, created = await log.wait_for("response.created", 5)
         response_id = created["response"]["id"]
-        done_index, done = await log.wait_for(done_of(response_id), 5)
+        _, done = await log.wait_for(done_of(response_id), 5)
         assert done["response"]["status"] == "cancelled"
         await asyncio.sleep(1.0)  # the echo would be talking by now
         assert not errors(log), errors(log)
@@ -130,7 +130,7 @@ async def test_output_audio_buffer_clear_reaches_a_reply_just_requested(slow_gw:
         await send_json(ws, {"type": "output_audio_buffer.clear"})
         _, created = await log.wait_for("response.created", 5)
         response_id = created["response"]["id"]
-        done_index, done = await log.wait_for(done_of(response_id), 5)
+        _, done = await log.wait_for(done_of(response_id), 5)
         assert done["response"]["status"] == "cancelled"
         _, cleared = await log.wait_for("output_audio_buffer.cleared", 5)
         assert cleared["response_id"] == response_id
