@@ -162,8 +162,13 @@ class GatewayFactory:
         console_script: bool = False,
         args: list[str] | None = None,
         name: str = "gateway",
+        ready: bool = True,
     ) -> Gateway:
-        """Start ``serve`` with ``config`` written to a temp YAML (``None``: no --config)."""
+        """Start ``serve`` with ``config`` written to a temp YAML (``None``: no --config).
+
+        ``ready=False``: a gateway whose engine cannot open sessions (``/readyz`` answers 503);
+        wait only for the process to serve ``/healthz``.
+        """
         port = free_port()
         index = len(self._started)
         base = self._tmp / f"{name}-{index}"
@@ -190,11 +195,11 @@ class GatewayFactory:
         )
         self._started.append(gw)
         _RUNNING.append(gw)
-        self._wait_ready(gw)
+        self._wait_ready(gw, "/readyz" if ready else "/healthz")
         return gw
 
     @staticmethod
-    def _wait_ready(gw: Gateway) -> None:
+    def _wait_ready(gw: Gateway, probe: str = "/readyz") -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if gw.proc.poll() is not None:
@@ -202,7 +207,7 @@ class GatewayFactory:
                     f"gateway {gw.name} exited with {gw.proc.returncode} before it was ready:\n{_tail(gw.stderr_path)}"
                 )
             try:
-                status, _ = gw.get("/readyz", timeout=1.0)
+                status, _ = gw.get(probe, timeout=1.0)
                 if status == 200:
                     return
             except (OSError, ValueError):
