@@ -33,6 +33,7 @@ from tests.e2e.helpers import (
     wait_closed,
     ws_connect,
 )
+from tests.sdk_models import validate_server_event
 
 pytestmark = pytest.mark.e2e
 
@@ -168,8 +169,10 @@ async def test_duplex_handshake_requires_session_update_first(gw: Gateway, path:
     async with ws_connect(gw, path) as ws:
         log = EventLog(ws.recv)
         try:
-            await asyncio.sleep(0.2)
-            assert log.events == [], f"{path} spoke before session.update: {log.types()}"
+            # Whatever the gateway sends on connect it sends before it answers this heartbeat.
+            await send_json(ws, {"type": "session.heartbeat", "event_id": "evt_hello"})
+            await log.wait_for("session.heartbeat_ack", 5)
+            assert log.types() == ["session.heartbeat_ack"], f"{path} spoke before session.update: {log.types()}"
             for event_id, event in (
                 ("evt_first", {"type": "input_audio_buffer.append", "audio": b64(silence(100))}),
                 ("evt_second", {"type": "response.create"}),
@@ -498,6 +501,26 @@ async def test_realtime_beta_header_gets_beta_event_names(gw: Gateway) -> None:
     async with realtime_session(gw) as (ws, log):
         assert log.events[0]["session"]["type"] == "realtime"
         assert "input_audio_format" not in log.events[0]["session"]
+
+
+async def test_beta_query_parameter_selects_the_beta_dialect_end_to_end(gw: Gateway) -> None:
+    """``?beta=1``, for clients that can set neither a header nor a subprotocol."""
+    async with realtime_session(gw, path="/v1/realtime?beta=1") as (ws, log):
+        assert log.events[0]["session"]["input_audio_format"] == "pcm16"
+        await send_json(ws, {"type": "session.update", "session": {"turn_detection": None}})
+        _, updated = await log.wait_for("session.updated", 5)
+        assert updated["session"]["turn_detection"] is None
+        index, response_id, _ = await start_response(ws, log, 0.5)
+        done_index, done = await log.wait_for(done_of(response_id), 5, start=index)
+        assert done["response"]["status"] == "completed"
+        reply = log.types(index)[: done_index - index + 1]
+        assert "response.audio.delta" in reply and "response.audio_transcript.delta" in reply, reply
+        assert "response.output_audio.delta" not in log.types(), log.types()
+        assert "conversation.item.created" in log.types() and "conversation.item.added" not in log.types()
+        assert 450 <= duration_ms(audio_of(log.events[index:done_index], response_id)) <= 550
+        # A beta client parses what it gets with the SDK's beta models, strictly.
+        for event in log.events:
+            validate_server_event(event, beta=True)
 
 
 # ---------------------------------------------------------------------------------------
