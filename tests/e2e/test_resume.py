@@ -49,14 +49,20 @@ async def test_dropped_client_resumes_and_gets_every_event_it_missed(gateway: Ga
         session_id, token = created["session_id"], created["resume_token"]
         assert token and created["session"]["id"] == session_id
         await stream_audio(first, speech_turn(24_000), realtime=True)
-        _, delta = await log.wait_for("response.output_audio.delta", timeout=15)
+        i_delta, delta = await log.wait_for("response.output_audio.delta", timeout=15)
         response_id = delta["response_id"]
-        await asyncio.sleep(0.3)
+        # Drop mid-reply, with some of its audio heard: after its second delta.
+        await log.wait_for(
+            lambda e: e["type"] == "response.output_audio.delta" and e["response_id"] == response_id,
+            timeout=5,
+            start=i_delta + 1,
+        )
         last_seq = log.events[-1]["server_event_seq"]
         before = audio_of(log.events, response_id)
         drop(first)
         await log.aclose()
-    await asyncio.sleep(0.5)  # the reply goes on while nobody listens
+    # Deliberately let time pass: the reply goes on while nobody listens, and the session is kept.
+    await asyncio.sleep(0.5)
     assert gateway.readyz()["sessions"] == 1  # the session is kept for its client
 
     async with ws_connect(gateway, "/v1/realtime?resume=1") as second:
@@ -125,6 +131,7 @@ async def test_unclaimed_session_ends_after_the_grace_period(gateway: Gateway) -
     async with ws_connect(gateway) as ws:
         created = json.loads(await asyncio.wait_for(ws.recv(), 5))
         drop(ws)
+    # Deliberately let time pass: the dropped session is still held, well inside its grace period.
     await asyncio.sleep(0.3)
     assert gateway.readyz()["sessions"] == 1
     await gateway.wait_sessions(0, timeout=GRACE_S + 3)
@@ -140,8 +147,75 @@ async def test_unclaimed_session_ends_after_the_grace_period(gateway: Gateway) -
 async def test_a_clean_close_is_not_kept_for_resume(gateway: Gateway) -> None:
     await gateway.wait_sessions(0, timeout=GRACE_S + 5)
     async with ws_connect(gateway) as ws:
-        await asyncio.wait_for(ws.recv(), 5)
-    await gateway.wait_sessions(0, timeout=2)
+        created = json.loads(await asyncio.wait_for(ws.recv(), 5))
+    # Well before the grace period would end a parked session, the slot is free ...
+    await gateway.wait_sessions(0, timeout=GRACE_S / 2)
+    # ... and the credentials name nothing.
+    async with ws_connect(gateway, "/v1/realtime?resume=1") as late:
+        await send_json(
+            late,
+            {
+                "type": "session.resume",
+                "session_id": created["session_id"],
+                "resume_token": created["resume_token"],
+                "last_received_server_event_seq": created["server_event_seq"],
+            },
+        )
+        error = json.loads(await asyncio.wait_for(late.recv(), 5))
+        assert error["type"] == "error" and error["error"]["code"] == "invalid_resume_token", error
+
+
+async def test_resume_after_events_no_longer_held_is_resume_gap_on_the_wire(
+    gateway_factory: GatewayFactory,
+) -> None:
+    """The journal keeps the last few events; asking for older ones is ``resume_gap``, and the
+    connection stays open for a fresh session."""
+    gw = gateway_factory.start(
+        {
+            "server": {"web_demo": False},
+            "limits": {"resume_grace_s": 30, "resume_journal_events": 16},
+        },
+        name="gap",
+    )
+    async with ws_connect(gw) as first:
+        log = EventLog(first.recv)
+        try:
+            _, created = await log.wait_for("session.created")
+            # More events after session.created than the journal holds (its smallest size: 16).
+            index = 0
+            for i in range(20):
+                await send_json(first, {"type": "session.heartbeat", "event_id": f"hb{i}"})
+                index, _ = await log.wait_for("session.heartbeat_ack", 5, start=index + 1)
+            drop(first)
+        finally:
+            await log.aclose()
+    await gw.wait_sessions(1)  # parked
+    async with ws_connect(gw, "/v1/realtime?resume=1") as second:
+        log = EventLog(second.recv)
+        try:
+            await send_json(
+                second,
+                {
+                    "type": "session.resume",
+                    "session_id": created["session_id"],
+                    "resume_token": created["resume_token"],
+                    "last_received_server_event_seq": created["server_event_seq"],
+                    "event_id": "resume1",
+                },
+            )
+            _, error = await log.wait_for("error", 5)
+            assert error["error"]["code"] == "resume_gap", error
+            assert error["error"]["param"] == "last_received_server_event_seq", error
+            assert error["error"]["event_id"] == "resume1", error
+            # The connection stays open for a fresh session.
+            await send_json(second, {"type": "session.update", "session": {"type": "realtime"}})
+            _, fresh = await log.wait_for("session.created", 5)
+            assert fresh["session_id"] != created["session_id"]
+            assert log.types() == ["error", "session.created"], log.types()
+            await send_json(second, {"type": "session.close"})
+            assert await wait_closed(second) == 1000
+        finally:
+            await log.aclose()
 
 
 async def test_a_full_gateway_lets_its_dropped_client_back_in(gateway_factory: GatewayFactory) -> None:
