@@ -109,6 +109,7 @@ def _serve(args: argparse.Namespace) -> int:
         ws_max_size=settings.limits.hard_max_message_bytes,
         ws_ping_interval=server.ws_ping_interval_s,
         ws_ping_timeout=server.ws_ping_timeout_s,
+        ws_per_message_deflate=server.ws_per_message_deflate,
         log_level=server.log_level,
         timeout_graceful_shutdown=5,
     )

@@ -47,6 +47,9 @@ class ServerSettings(_Section):
     #: Serve the browser demo at ``/``.
     web_demo: bool = True
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    #: Offer WebSocket compression (permessage-deflate). Base64 audio barely compresses, and
+    #: deflating every frame both ways costs more CPU than the rest of a session's work.
+    ws_per_message_deflate: bool = False
 
 
 #: The most audio one ``input_audio_buffer.append`` may carry, as OpenAI's Realtime API allows.
