@@ -5,7 +5,11 @@ one input format/rate; server VAD finds the turn; the echo engine answers with i
 the reply arrives in the session's output format/rate. Checked against a pcm16
 24 kHz baseline run on the same gateway: the turn boundaries match, the reply starts
 where ``speech_started.audio_start_ms`` says (so the prefix padding is in it) and
-sounds like the input (cross-correlation).
+sounds like the input (cross-correlation). The baseline itself is checked against where
+the fixture's speech is.
+
+The embedded engine speaks at 22.05 kHz (Piper): an echo engine at that rate checks
+that such output reaches every client rate, whole and in place.
 
 VAD and turns run on the audio clock, so the audio is sent as fast as the socket
 takes it (the gateway paces it with backpressure) and the echo comes back unpaced.
@@ -40,6 +44,7 @@ from tests.e2e.helpers import (
     wait_answered_turn,
     ws_connect,
 )
+from tests.fixtures import SPEECH_END_MS, SPEECH_START_MS
 
 pytestmark = pytest.mark.e2e
 
@@ -50,6 +55,8 @@ GA_TYPE = {
     "g711_alaw": "audio/pcma",
 }
 BEFORE_MS, AFTER_MS = 1000, 1000
+# The gateway's default server VAD settings (configs/default.yaml).
+PREFIX_PADDING_MS, SILENCE_DURATION_MS = 300, 500
 
 @pytest.fixture(scope="module")
 def gateway(module_gateway_factory: GatewayFactory) -> Gateway:
@@ -151,6 +158,12 @@ def _check(result: dict[str, Any], baseline: dict[str, Any], min_similarity: flo
 
 
 def test_baseline_pcm16_24k(baseline: dict[str, Any]) -> None:
+    """The baseline the other cases are compared with finds the fixture's own speech."""
+    speech_start, speech_end = BEFORE_MS + SPEECH_START_MS, BEFORE_MS + SPEECH_END_MS
+    # The turn starts prefix_padding_ms before the speech (VAD windows are 32 ms) ...
+    assert 0 <= baseline["start"] - (speech_start - PREFIX_PADDING_MS) <= 96, baseline
+    # ... and ends once silence_duration_ms of silence has followed it.
+    assert 0 <= baseline["end"] - (speech_end + SILENCE_DURATION_MS) <= 128, baseline
     _check(baseline, baseline, 0.99)
 
 
@@ -192,6 +205,8 @@ def test_baseline_pcm16_24k(baseline: dict[str, Any]) -> None:
             0.9,
             id="in-alaw-8k",
         ),
+        pytest.param("pcm16", 24000, "g711_alaw", 8000, 0.9, id="out-alaw-8k"),
+        pytest.param("g711_alaw", 8000, "g711_alaw", 16000, 0.9, id="alaw-8k-in-16k-out"),
     ],
 )
 async def test_formats_and_rates(
@@ -206,6 +221,37 @@ async def test_formats_and_rates(
     result = await echo_turn(gateway, in_fmt, in_rate, out_fmt, out_rate)
     _check(result, baseline, min_similarity)
     await gateway.wait_sessions(0)
+
+
+@pytest.fixture(scope="module")
+def gateway_22k(module_gateway_factory: GatewayFactory) -> Gateway:
+    return module_gateway_factory.start(
+        {"server": {"web_demo": False}, "engine": {"name": "echo", "echo": {"pace": 0, "rate": 22050}}},
+        name="formats-22k",
+    )
+
+
+@pytest.mark.parametrize(
+    ("in_fmt", "in_rate", "out_fmt", "out_rate", "min_similarity"),
+    [
+        pytest.param("pcm16", 24000, "pcm16", 24000, 0.98, id="pcm16-24k"),
+        pytest.param("pcm16", 16000, "pcm16", 16000, 0.95, id="pcm16-16k"),
+        pytest.param("pcm16", 24000, "pcm_f32le", 48000, 0.98, id="out-f32-48k"),
+        pytest.param("g711_alaw", 8000, "g711_alaw", 8000, 0.9, id="alaw-8k"),
+    ],
+)
+async def test_engine_output_at_22050_hz_reaches_the_clients_rate(
+    gateway_22k: Gateway,
+    baseline: dict[str, Any],
+    in_fmt: str,
+    in_rate: int,
+    out_fmt: str,
+    out_rate: int,
+    min_similarity: float,
+) -> None:
+    result = await echo_turn(gateway_22k, in_fmt, in_rate, out_fmt, out_rate)
+    _check(result, baseline, min_similarity)
+    await gateway_22k.wait_sessions(0)
 
 
 # ---------------------------------------------------------------------------------------
@@ -255,7 +301,30 @@ def _stale(log: EventLog, response_id: str, after: int) -> list[str]:
 
 @pytest.mark.parametrize(("out_fmt", "out_rate"), OUTPUTS)
 async def test_barge_in_sends_nothing_more_of_the_reply(paced_gateway: Gateway, out_fmt: str, out_rate: int) -> None:
-    async with ws_connect(paced_gateway) as ws:
+    await _barge_in(paced_gateway, out_fmt, out_rate)
+
+
+@pytest.fixture(scope="module")
+def paced_gateway_22k(module_gateway_factory: GatewayFactory) -> Gateway:
+    return module_gateway_factory.start(
+        {
+            "server": {"web_demo": False},
+            "engine": {"name": "echo", "echo": {"pace": 1.0, "chunk_ms": 1000, "rate": 22050}},
+        },
+        name="interrupt-22k",
+    )
+
+
+@pytest.mark.parametrize(("out_fmt", "out_rate"), [("pcm16", 24000), ("g711_alaw", 8000)])
+async def test_barge_in_sends_nothing_more_of_a_22050_hz_reply(
+    paced_gateway_22k: Gateway, out_fmt: str, out_rate: int
+) -> None:
+    """The embedded engine's rate: its output goes through the resampler at every client rate."""
+    await _barge_in(paced_gateway_22k, out_fmt, out_rate)
+
+
+async def _barge_in(gw: Gateway, out_fmt: str, out_rate: int) -> None:
+    async with ws_connect(gw) as ws:
         log = EventLog(ws.recv)
         try:
             await log.wait_for("session.created", 5)
