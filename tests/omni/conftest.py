@@ -9,8 +9,9 @@ traceback. Test modules skip themselves where vLLM-Omni is not installed.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,16 @@ def read_calls(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+async def wait_calls(
+    path: Path, match: Callable[[dict[str, Any]], bool], count: int = 1, timeout: float = 10.0
+) -> list[dict[str, Any]]:
+    """Wait until the fake stage has recorded ``count`` calls that satisfy ``match``; they, in order."""
+    async with asyncio.timeout(timeout):
+        while len(hits := [c for c in read_calls(path) if match(c)]) < count:
+            await asyncio.sleep(0.02)  # the call log is a file another process appends to
+    return hits
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from openai import AsyncOpenAI
 from vllm_omni.clients.duplex import AudioFormat, DuplexClient, ResponseHandle, SessionConfig
 
 from tests.e2e.helpers import EventLog, Gateway, GatewayFactory, load_speech, speech_turn, stream_audio
-from tests.omni.conftest import CHUNKS, read_calls, start_omni_gateway
+from tests.omni.conftest import CHUNK_DELAY_MS, CHUNKS, read_calls, start_omni_gateway, wait_calls
 
 pytestmark = pytest.mark.e2e
 
@@ -122,6 +122,20 @@ async def _audio_of(handle: ResponseHandle) -> bytes:
     return b"".join(chunks)
 
 
+async def _settle(duplex: Duplex, calls_path: Path, aborts_before: int) -> None:
+    """After a reply is stopped: wait until the stage has aborted it, then for any chunk in flight."""
+    await wait_calls(calls_path, lambda c: c["call"] == "stage.abort", count=aborts_before + 1)
+    # Deliberately let time pass: a chunk produced before the abort may still be on its way
+    # through vLLM-Omni; none may reach the client.
+    await asyncio.sleep(2 * CHUNK_DELAY_MS / 1000)
+    # Everything the gateway sent before it answers this heartbeat is in duplex.events.
+    start = len(duplex.events)
+    await duplex.client.send({"type": "session.heartbeat"})
+    async with asyncio.timeout(5):
+        while "session.heartbeat_ack" not in [e.get("type") for e in duplex.events[start:]]:
+            await asyncio.sleep(0.02)
+
+
 async def test_duplex_client_turns_cancel_barge_in_and_close(gateway: Gateway, calls_path: Path) -> None:
     opened_before = len([c for c in read_calls(calls_path) if c["call"] == "open_session"])
     pcm = _speech(TURN_S, 16_000)
@@ -151,10 +165,11 @@ async def test_duplex_client_turns_cancel_barge_in_and_close(gateway: Gateway, c
         handle = await duplex.turn(pcm)
         first = await anext(handle.audio())
         assert first
+        aborts = len([c for c in read_calls(calls_path) if c["call"] == "stage.abort"])
         await duplex.client.cancel_response(handle.response_id)
         done = await duplex.wait_done(str(handle.response_id))
         assert done["response"]["status"] == "cancelled", done
-        await asyncio.sleep(CHUNKS * 0.06 + 0.3)
+        await _settle(duplex, calls_path, aborts)
         i_done = duplex.index(lambda e: e is done)
         late = [e["type"] for e in duplex.events[i_done + 1 :] if e.get("response_id") == handle.response_id]
         assert not late, f"events of the cancelled response after its response.done: {late}"
@@ -162,10 +177,11 @@ async def test_duplex_client_turns_cancel_barge_in_and_close(gateway: Gateway, c
         # -- barge-in (vLLM-Omni's ``barge_in`` event) while the next reply plays
         handle = await duplex.turn(pcm)
         assert await anext(handle.audio())
+        aborts = len([c for c in read_calls(calls_path) if c["call"] == "stage.abort"])
         await duplex.client.send({"type": "barge_in"})
         done = await duplex.wait_done(str(handle.response_id))
         assert done["response"]["status"] == "cancelled", done
-        await asyncio.sleep(CHUNKS * 0.06 + 0.3)
+        await _settle(duplex, calls_path, aborts)
         i_done = duplex.index(lambda e: e is done)
         late = [e["type"] for e in duplex.events[i_done + 1 :] if e.get("response_id") == handle.response_id]
         assert not late, f"events of the barged-in response after its response.done: {late}"

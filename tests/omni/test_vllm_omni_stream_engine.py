@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -36,7 +35,7 @@ from tests.e2e.helpers import (
     stream_audio,
     ws_connect,
 )
-from tests.omni.conftest import CHUNK_DELAY_MS, CHUNKS, read_calls, start_omni_gateway
+from tests.omni.conftest import CHUNK_DELAY_MS, CHUNKS, read_calls, start_omni_gateway, wait_calls
 
 pytestmark = pytest.mark.e2e
 
@@ -87,6 +86,13 @@ async def manual_session(gw: Gateway) -> AsyncIterator[tuple[Any, TimedLog]]:
             yield ws, log
         finally:
             await log.aclose()
+
+
+async def _round_trip(ws: Any, log: EventLog) -> None:
+    """Wait until the gateway answers a message sent now: everything it sent before is in ``log``."""
+    start = len(log.events)
+    await send_json(ws, {"type": "session.heartbeat"})
+    await log.wait_for("session.heartbeat_ack", 5, start=start)
 
 
 async def turn(ws: Any, log: EventLog) -> tuple[int, str]:
@@ -158,6 +164,7 @@ async def test_turns_stream_as_resumable_requests_and_barge_in_aborts(gateway: G
 
         # -- barge-in while the next reply plays: aborted in the engine, acknowledged, fenced
         mark = len(read_calls(calls_path))
+        mark_results = len([c for c in read_calls(calls_path) if c["call"] == "abort_async.result"])
         i_created, rid = await turn(ws, log)
         await log.wait_for(
             lambda e: e["type"] == "response.output_audio.delta" and e["response_id"] == rid, 5, start=i_created
@@ -167,7 +174,12 @@ async def test_turns_stream_as_resumable_requests_and_barge_in_aborts(gateway: G
             lambda e: e["type"] == "response.done" and e["response"]["id"] == rid, 5, start=i_created
         )
         assert done["response"]["status"] == "cancelled", done
-        await asyncio.sleep(CHUNKS * CHUNK_DELAY_MS / 1000 + 0.3)
+        # The engine acknowledged the abort: the stage produces nothing more for the reply.
+        await wait_calls(calls_path, lambda c: c["call"] == "abort_async.result", count=mark_results + 1)
+        # Deliberately let time pass: a chunk produced before the abort may still be on its
+        # way through vLLM-Omni; none may reach the client.
+        await asyncio.sleep(2 * CHUNK_DELAY_MS / 1000)
+        await _round_trip(ws, log)
         late = [e["type"] for e in log.events[i_done + 1 :] if e.get("response_id") == rid]
         assert not late, f"events of the barged-in response after its response.done: {late}"
         calls = read_calls(calls_path)[mark:]
@@ -213,6 +225,8 @@ async def test_openai_sdk_server_vad_turn(gateway: Gateway, calls_path: Path) ->
             )
             await log.wait_for("session.updated", 5)
             await stream_audio(conn, speech_turn(before_ms=400, after_ms=900), speed=1.4, lead_ms=1500, timeout=30)
+            _, started = await log.wait_for("input_audio_buffer.speech_started", 10)
+            _, stopped = await log.wait_for("input_audio_buffer.speech_stopped", 10)
             i_created, created = await log.wait_for("response.created", 10)
             rid = created["response"]["id"]
             i_done, done = await log.wait_for(
@@ -225,6 +239,15 @@ async def test_openai_sdk_server_vad_turn(gateway: Gateway, calls_path: Path) ->
             await log.aclose()
     await client.close()
     await gateway.wait_sessions(0)
-    calls = read_calls(calls_path)[before:]
-    assert [c["call"] for c in calls if c["call"].startswith("add_")][-1] == "add_streaming_update"
-    assert json.dumps(calls)  # recorded calls are plain JSON
+    # The VAD's turn reached the engine as one streamed request, ended by the end marker ...
+    requests = requests_of(read_calls(calls_path)[before:])
+    assert len(requests) == 1, list(requests)
+    (sequence,) = requests.values()
+    kinds = [(c["call"], c["resumable"], c["prompt"]) for c in sequence]
+    assert kinds[0] == ("add_request", True, "audio"), kinds
+    assert kinds[-1] == ("add_streaming_update", False, "tokens"), kinds
+    assert all(k == ("add_streaming_update", True, "audio") for k in kinds[1:-1]), kinds
+    # ... carrying the turn the VAD found, prefix padding included, at the engine's 16 kHz.
+    sent_ms = sum(c["samples"] for c in sequence[:-1]) / 16
+    turn_ms = stopped["audio_end_ms"] - started["audio_start_ms"]
+    assert abs(sent_ms - turn_ms) <= 100, (sent_ms, turn_ms)
