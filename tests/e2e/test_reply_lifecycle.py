@@ -82,6 +82,22 @@ def reply_events(log: EventLog, response_id: str, start: int = 0) -> list[str]:
     return [e["type"] for e in log.events[start:] if e.get("response_id") == response_id]
 
 
+async def answer_next_turn(ws: Any, log: EventLog) -> None:
+    """Commit one more second of speech with a reply asked for; wait until that reply is done.
+
+    On the slow gateway a reply starts 1.5 s after it is asked for and plays in real time:
+    when this returns, a reply requested before it would have been talking for over a second.
+    """
+    await append_speech(ws, 1.0)
+    start = len(log.events)
+    await send_json(ws, {"type": "input_audio_buffer.commit", "response_create": True})
+    _, created = await log.wait_for("response.created", 5, start=start)
+    response_id = created["response"]["id"]
+    await log.wait_for(is_delta_of(response_id), 5, start=start)
+    _, done = await log.wait_for(done_of(response_id), 10, start=start)
+    assert done["response"]["status"] == "completed", done
+
+
 async def test_a_reply_cancelled_before_the_engine_starts_it_is_cancelled(slow_gw: Gateway) -> None:
     """Cancel sent right behind the commit that asks for the reply, before the engine announces it."""
     async with realtime_session(slow_gw, MANUAL_TURNS) as (ws, log):
@@ -92,15 +108,11 @@ async def test_a_reply_cancelled_before_the_engine_starts_it_is_cancelled(slow_g
         response_id = created["response"]["id"]
         _, done = await log.wait_for(done_of(response_id), 5)
         assert done["response"]["status"] == "cancelled"
-        await asyncio.sleep(1.0)  # the echo would be talking by now
-        assert not errors(log), errors(log)
+        # The session goes on: the next reply is answered ...
+        await answer_next_turn(ws, log)
+        # ... by when the cancelled one, had the engine gone on with it, would have been talking.
         assert not [t for t in reply_events(log, response_id) if "delta" in t]
-        # The session goes on: the next reply is answered.
-        await append_speech(ws, 1.0)
-        start = len(log.events)
-        await send_json(ws, {"type": "input_audio_buffer.commit", "response_create": True})
-        _, created = await log.wait_for("response.created", 5, start=start)
-        await log.wait_for(is_delta_of(created["response"]["id"]), 5, start=start)
+        assert not errors(log), errors(log)
 
 
 async def test_caller_speech_interrupts_a_reply_the_engine_has_not_started(slow_gw: Gateway) -> None:
@@ -134,7 +146,7 @@ async def test_output_audio_buffer_clear_reaches_a_reply_just_requested(slow_gw:
         assert done["response"]["status"] == "cancelled"
         _, cleared = await log.wait_for("output_audio_buffer.cleared", 5)
         assert cleared["response_id"] == response_id
-        await asyncio.sleep(1.0)
+        await answer_next_turn(ws, log)
         assert not [t for t in reply_events(log, response_id) if "delta" in t]
         assert not errors(log), errors(log)
 
@@ -152,7 +164,8 @@ async def test_deleting_the_assistant_item_mid_reply_cancels_it_and_the_session_
         assert done["response"]["status"] == "cancelled"
         _, deleted = await log.wait_for("conversation.item.deleted", 5, start=start)
         assert deleted["item_id"] == item_id
-        await asyncio.sleep(1.0)
+        # Deliberately let time pass: the 2.5 s echo would still be talking, in 100 ms chunks.
+        await asyncio.sleep(0.5)
         late = [e["type"] for e in log.events[done_index + 1 :] if e.get("response_id") == response_id]
         assert not [t for t in late if "delta" in t], late
         assert not errors(log), errors(log)

@@ -363,6 +363,26 @@ def backends(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Gateway]
     gateways.close()
 
 
+async def health_rounds(engine: RemoteEngine, rounds: int, timeout: float = 10) -> None:
+    """Wait until the engine's health loop has probed every backend ``rounds`` more times."""
+    finished = asyncio.Event()
+    count = 0
+    real = engine.check_health
+
+    async def counted() -> None:
+        nonlocal count
+        await real()
+        count += 1
+        if count >= rounds:
+            finished.set()
+
+    engine.check_health = counted  # type: ignore[method-assign]
+    try:
+        await asyncio.wait_for(finished.wait(), timeout)
+    finally:
+        del engine.check_health
+
+
 @contextlib.asynccontextmanager
 async def remote_engine(
     gateways: list[Gateway], caps: tuple[int, ...] = (2, 2), **kw: Any
@@ -476,7 +496,7 @@ async def test_a_backend_killed_mid_reply_fails_its_sessions_fast_and_spares_the
         assert engine.backends[0].sessions == 0
         c = await engine.open_session("c", SessionConfig())
         assert c.backend.url == survivor.ws_url  # type: ignore[attr-defined]
-        await asyncio.sleep(0.5)  # a few health rounds
+        await health_rounds(engine, 3)
         assert not engine.backends[0].healthy and engine.ready
         # The survivor's session streamed on, untouched.
         done_b = await eb.wait(lambda e: isinstance(e, port.EngineResponseDone), timeout=10)
@@ -604,8 +624,10 @@ async def test_quiet_sessions_send_heartbeats(backends: list[Gateway]) -> None:
         session = await engine.open_session("s1", SessionConfig())
         assert isinstance(session, RemoteSession)
         seq = session._last_seq
-        await asyncio.sleep(1.0)
-        assert session._last_seq >= seq + 2  # each heartbeat got its session.heartbeat_ack
+        # Nothing else is said on a quiet session: only heartbeats' acknowledgements move it on.
+        async with asyncio.timeout(5):
+            while session._last_seq < seq + 2:
+                await asyncio.sleep(0.05)
         await session.close("done")
 
 
