@@ -18,12 +18,15 @@ Environment:
 - ``FAKE_OMNI_CHUNKS`` (default 8): chunks each answer is split into;
 - ``FAKE_OMNI_CHUNK_DELAY_MS`` (default 50): pause between two chunks;
 - ``FAKE_OMNI_OUTPUT_KIND`` (``cumulative``, the default, or ``delta``): what the
-  stage's default sampling params ask vLLM's output processor for.
+  stage's default sampling params ask vLLM's output processor for;
+- ``FAKE_OMNI_MAX_SESSIONS``: the DuplexOmni's ``duplex_session.max_sessions``
+  instead of the deploy file's 4 (the bench runs more callers than the tests).
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -120,7 +123,26 @@ def duplex_omni() -> DuplexOmni:
         def _create_engine(self, **engine_kwargs: Any) -> DuplexOmniEngine:
             return FakeDuplexOmniEngine(duplex_audio_encoder=encode_audio, **engine_kwargs)
 
-    return FakeStageDuplexOmni(model=str(MODEL_DIR), deploy_config=str(DUPLEX_DEPLOY), trust_remote_code=False)
+    deploy = _duplex_deploy()
+    try:
+        return FakeStageDuplexOmni(model=str(MODEL_DIR), deploy_config=str(deploy), trust_remote_code=False)
+    finally:
+        if deploy != DUPLEX_DEPLOY:
+            deploy.unlink(missing_ok=True)
+
+
+def _duplex_deploy() -> Path:
+    limit = os.environ.get("FAKE_OMNI_MAX_SESSIONS")
+    if not limit:
+        return DUPLEX_DEPLOY
+    import yaml
+
+    deploy = yaml.safe_load(DUPLEX_DEPLOY.read_text(encoding="utf-8"))
+    deploy["duplex_session"]["max_sessions"] = int(limit)
+    fd, name = tempfile.mkstemp(prefix="fake-omni-deploy-", suffix=".yaml")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        yaml.safe_dump(deploy, f)
+    return Path(name)
 
 
 def _prompt_summary(prompt: Any) -> dict[str, Any]:
