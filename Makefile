@@ -17,7 +17,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 CONFIG ?= configs/default.yaml
 
-.PHONY: run test clean omni-venv test-omni clean-omni
+.PHONY: run test bench clean omni-venv test-omni clean-omni
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,18 @@ test: $(VENV)/.installed-test $(OMNI_VENV)/.installed-gateway
 	$(BIN)/mypy duplex_gateway
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
 	HF_HUB_OFFLINE=1 $(OMNI_BIN)/python -m pytest tests/omni
+
+$(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed-run
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	touch $@
+
+# The side-by-side capacity and latency comparison (a few minutes): writes docs/benchmarks.md,
+# docs/benchmarks.json and the plots. The vLLM-Omni targets run in the vLLM-Omni virtualenv,
+# built here as for `make test`. BENCH_ARGS adds options (`duplex-gateway bench --help`).
+BENCH_ARGS ?=
+bench: $(VENV)/.installed-bench $(OMNI_VENV)/.installed-gateway
+	HF_HUB_OFFLINE=1 $(BIN)/duplex-gateway bench --report docs/benchmarks.md --json docs/benchmarks.json \
+		--plots docs $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV)

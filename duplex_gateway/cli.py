@@ -41,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     talk.add_argument("--out", help="write the reply audio to this WAV file")
     talk.add_argument("--api-key", help="API key, when the gateway requires one")
     talk.add_argument("--timeout", type=float, default=60.0, help="give up after this many seconds")
+    bench = commands.add_parser(
+        "bench", help="measure the gateway side by side with its peers (see docs/benchmarks.md)"
+    )
+    from duplex_gateway.bench.cli import add_arguments
+
+    add_arguments(bench)
     return parser
 
 
@@ -124,6 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args)
     if args.command == "call":
         return _call(args)
+    if args.command == "bench":
+        from duplex_gateway.bench.cli import main as bench
+
+        return bench(args, argv[1:] if argv is not None else None)
     return 2
 
 

@@ -1,0 +1,92 @@
+"""``duplex-gateway bench``: the command line of the side-by-side benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from duplex_gateway.bench.run import RunOptions, run_all
+from duplex_gateway.bench.targets import Target, default_targets
+
+__all__ = ["add_arguments", "main"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``bench`` subcommand's options."""
+    names = ", ".join(t.name for t in default_targets())
+    parser.add_argument("--targets", help=f"comma-separated targets to run (default: all of {names})")
+    parser.add_argument(
+        "--levels", action="append", default=[], metavar="TARGET=N,N,...",
+        help="concurrency levels of one target, e.g. gateway-echo=1,50 (repeatable)",
+    )
+    parser.add_argument("--duration", type=float, help="seconds of talk per level (default: per target, 8-20 s)")
+    parser.add_argument("--turn-ms", type=int, default=1000, help="audio per committed turn (default 1000)")
+    parser.add_argument("--barge-in", type=float, default=0.2, help="share of replies interrupted (default 0.2)")
+    parser.add_argument("--audio", choices=("speech", "tone"), default="speech",
+                        help="what callers say on committed turns (server-VAD turns are always speech)")
+    parser.add_argument("--speech", type=Path, help="WAV file the callers speak (default: the test recording)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the callers' random choices")
+    parser.add_argument("--json", type=Path, help="write the results as JSON here")
+    parser.add_argument("--report", type=Path, help="write the markdown report here (e.g. docs/benchmarks.md)")
+    parser.add_argument("--plots", type=Path, help="write the PNG plots into this folder (needs matplotlib)")
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def _targets(args: argparse.Namespace) -> list[Target]:
+    targets = {t.name: t for t in default_targets()}
+    for spec in args.levels:
+        name, _, levels = spec.partition("=")
+        if name not in targets or not levels:
+            raise SystemExit(f"duplex-gateway bench: bad --levels {spec!r} (targets: {', '.join(targets)})")
+        targets[name] = replace(targets[name], levels=tuple(int(v) for v in levels.split(",")))
+    if not args.targets:
+        return list(targets.values())
+    chosen = [n.strip() for n in args.targets.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in targets]
+    if unknown:
+        raise SystemExit(f"duplex-gateway bench: unknown target(s) {', '.join(unknown)} (targets: {', '.join(targets)})")
+    return [targets[n] for n in chosen]
+
+
+def _run(coro: Any) -> Any:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def main(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
+    """Run the bench as ``args`` say; 0 when every measured level ran without errors."""
+    from duplex_gateway.bench.report import machine, render
+
+    options = RunOptions(
+        duration_s=args.duration, turn_ms=args.turn_ms, barge_in=args.barge_in, audio=args.audio,
+        speech=args.speech, seed=args.seed, progress=not args.quiet,
+    )
+    command = "duplex-gateway bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[2:]))
+    data = _run(run_all(_targets(args), options))
+    data["command"] = command.strip()
+    data["machine"] = machine()
+    plots: list[Path] = []
+    if args.plots is not None:
+        from duplex_gateway.bench.plots import write_plots
+
+        plots = write_plots(data, args.plots)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    text = render(data, plots=plots, relative_to=args.report.parent if args.report else None)
+    if args.report is not None:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(text, encoding="utf-8")
+    else:
+        print(text)
+    return 0 if all(r["error_count"] == 0 for r in data["results"]) else 1

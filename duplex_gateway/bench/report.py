@@ -1,0 +1,293 @@
+"""The bench's markdown report: ratios to the peer measured in the same run, then every number.
+
+The machine is shared and noisy, so absolute milliseconds move from run to run;
+a ratio between two servers measured minutes apart by the same client moves
+much less. Every table of the report comes from the run's JSON alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["GOALS", "machine", "render"]
+
+Result = dict[str, Any]
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores, OS and Python of this machine, and its load when the report is made."""
+    model = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {
+        "cpu": model,
+        "logical_cores": os.cpu_count(),
+        "usable_cores": usable,
+        "system": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "load_1min_at_end": round(load, 2) if load is not None else None,
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _ratio(a: Any, b: Any) -> str:
+    if not isinstance(a, int | float) or not isinstance(b, int | float) or b <= 0:
+        return "–"
+    return f"**{a / b:.2f}**"
+
+
+def _by(results: Sequence[Result]) -> dict[tuple[str, int], Result]:
+    return {(r["target"], r["callers"]): r for r in results}
+
+
+def _cpu_ms(r: Result) -> float | None:
+    value = r.get("server_cpu_per_caller_s")
+    return None if value is None else float(value) * 1000.0
+
+
+def _pair_table(data: dict[str, Any], target: str, peer: str) -> list[str]:
+    by = _by(data["results"])
+    levels = sorted({c for (t, c) in by if t == target} & {c for (t, c) in by if t == peer})
+    if not levels:
+        return []
+    rows = [
+        (
+            f"| callers | first audio p50: {target} / {peer} (ms) | ratio | p99 (ms) | ratio "
+            "| server CPU per caller (ms/s) | ratio | RSS per session (KB) | ratio |"
+        ),
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n in levels:
+        a, b = by[(target, n)], by[(peer, n)]
+        fa, fb = a["first_audio_ms"], b["first_audio_ms"]
+        ca, cb = _cpu_ms(a), _cpu_ms(b)
+        ra, rb = a["rss_per_session_kb"], b["rss_per_session_kb"]
+        rows.append(
+            f"| {n}{_flags(a, b)} | {_fmt(fa['p50'])} / {_fmt(fb['p50'])} | {_ratio(fa['p50'], fb['p50'])} "
+            f"| {_fmt(fa['p99'])} / {_fmt(fb['p99'])} | {_ratio(fa['p99'], fb['p99'])} "
+            f"| {_fmt(ca, 2)} / {_fmt(cb, 2)} | {_ratio(ca, cb)} "
+            f"| {_fmt(ra)} / {_fmt(rb)} | {_ratio(ra, rb)} |"
+        )
+    return rows
+
+
+def _flags(*results: Result) -> str:
+    marks = ""
+    if any(r["client_bound"] for r in results):
+        marks += " ⚠client"
+    if any(r["error_count"] for r in results):
+        marks += " ⚠errors"
+    return marks
+
+
+_DETAIL_COLUMNS: list[tuple[str, Callable[[Result], str]]] = [
+    ("callers", lambda r: f"{r['callers']}{_flags(r)}"),
+    ("turns (done / cancelled / timed out)",
+     lambda r: f"{r['turns']} ({r['replies_completed']} / {r['replies_cancelled']} / {r['turn_timeouts']})"),
+    ("first audio p50 / p95 / p99 / max (ms)",
+     lambda r: " / ".join(_fmt(r["first_audio_ms"][k]) for k in ("p50", "p95", "p99", "max"))),
+    ("chunk gap p50 / p99 / max (ms)",
+     lambda r: " / ".join(_fmt(r["chunk_gap_ms"][k]) for k in ("p50", "p99", "max"))),
+    ("barge-in cut-off p50 / p99 (ms), n",
+     lambda r: f"{_fmt(r['barge_in_cutoff_ms']['p50'])} / {_fmt(r['barge_in_cutoff_ms']['p99'])}, "
+     f"{r['barge_in_cutoff_ms']['n']}"),
+    ("replies with bytes after done", lambda r: f"{r['stale_replies']} ({r['stale_bytes']} B)"),
+    ("errors", lambda r: ", ".join(f"{k} {v}" for k, v in sorted(r["errors"].items())) or "0"),
+    ("late frames / sent", lambda r: f"{r['late_frames']} / {r['frames']}"),
+    ("client loop lag p99 (ms)", lambda r: _fmt(r["client_loop_lag_ms"]["p99"])),
+    ("server CPU (s)", lambda r: _fmt(r["server_cpu_s"], 2)),
+    ("CPU per caller (ms/s)", lambda r: _fmt(_cpu_ms(r), 2)),
+    ("RSS per session (KB)", lambda r: _fmt(r["rss_per_session_kb"])),
+    ("server RSS (MB)", lambda r: _fmt(r["server_rss_mb"])),
+]
+
+
+def _detail_table(results: Sequence[Result]) -> list[str]:
+    rows = ["| " + " | ".join(name for name, _ in _DETAIL_COLUMNS) + " |",
+            "|" + "---:|" * len(_DETAIL_COLUMNS)]
+    rows += ["| " + " | ".join(cell(r) for _, cell in _DETAIL_COLUMNS) + " |" for r in results]
+    return rows
+
+
+#: The goals of the capacity work, checked against each run: (what, target, level, check).
+GOALS: list[tuple[str, str, int | None, Callable[[dict[tuple[str, int], Result], str, int | None], tuple[str, bool | None]]]] = []
+
+
+def _goal(what: str, target: str, level: int | None) -> Callable[[Any], Any]:
+    def register(fn: Any) -> Any:
+        GOALS.append((what, target, level, fn))
+        return fn
+
+    return register
+
+
+def _get(by: dict[tuple[str, int], Result], target: str, level: int | None) -> Result | None:
+    return by.get((target, level)) if level is not None else None
+
+
+for _n in (8, 32):
+    @_goal(f"first audio p50 with engine vllm-omni ≤ 0.8× vLLM-Omni's server, {_n} sessions",
+           "gateway-vllm-omni", _n)
+    def _omni(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple[str, bool | None]:
+        a, b = _get(by, t, n), _get(by, "omni-server", n)
+        if a is None or b is None or not a["first_audio_ms"]["p50"] or not b["first_audio_ms"]["p50"]:
+            return "not measured", None
+        ratio = a["first_audio_ms"]["p50"] / b["first_audio_ms"]["p50"]
+        return f"{ratio:.2f}×", ratio <= 0.8
+
+
+for _n, _limit in ((100, 50.0), (150, 100.0)):
+    @_goal(f"engine echo, {_n} callers: first audio p99 ≤ {_limit:.0f} ms", "gateway-echo", _n)
+    def _echo(by: dict[tuple[str, int], Result], t: str, n: int | None, _limit: float = _limit) -> tuple[str, bool | None]:
+        a = _get(by, t, n)
+        if a is None or a["first_audio_ms"]["p99"] is None:
+            return "not measured", None
+        return f"{a['first_audio_ms']['p99']:.1f} ms", a["first_audio_ms"]["p99"] <= _limit
+
+
+@_goal("engine echo, 100 callers: CPU per caller ≤ 1.5× the floor", "gateway-echo", 100)
+def _echo_cpu(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple[str, bool | None]:
+    a, b = _get(by, t, n), _get(by, "floor", n)
+    if a is None or b is None or not _cpu_ms(b):
+        return "not measured", None
+    ratio = (_cpu_ms(a) or 0.0) / (_cpu_ms(b) or 1.0)
+    return f"{ratio:.2f}×", ratio <= 1.5
+
+
+@_goal("barge-in cut-off p99 ≤ 10 ms, no byte after response.done (every gateway level)", "gateway-*", None)
+def _barge(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple[str, bool | None]:
+    rows = [r for (name, _), r in by.items() if name.startswith("gateway-") and r["barge_in_cutoff_ms"]["n"]]
+    if not rows:
+        return "not measured", None
+    worst = max(rows, key=lambda r: r["barge_in_cutoff_ms"]["p99"] or 0.0)
+    stale = sum(r["stale_replies"] for (name, _), r in by.items() if name.startswith("gateway-"))
+    p99 = worst["barge_in_cutoff_ms"]["p99"] or 0.0
+    return (f"worst p99 {p99:.1f} ms ({worst['target']} ×{worst['callers']}), {stale} replies with late bytes",
+            p99 <= 10.0 and stale == 0)
+
+
+@_goal("engine embedded, 4 callers: end of speech → first audio p50 ≤ 1.5 s", "gateway-embedded", 4)
+def _embedded(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple[str, bool | None]:
+    a = _get(by, t, n)
+    if a is None or a["first_audio_ms"]["p50"] is None:
+        return "not measured", None
+    return f"{a['first_audio_ms']['p50']:.0f} ms", a["first_audio_ms"]["p50"] <= 1500.0
+
+
+for _t, _n, _kb in (("gateway-echo", 150, 100.0), ("gateway-embedded", 4, 10240.0)):
+    @_goal(f"{_t}: RSS per connected session ≤ {_kb:.0f} KB", _t, _n)
+    def _rss(by: dict[tuple[str, int], Result], t: str, n: int | None, _kb: float = _kb) -> tuple[str, bool | None]:
+        a = _get(by, t, n)
+        if a is None:
+            return "not measured", None
+        return f"{a['rss_per_session_kb']:.0f} KB (×{n})", a["rss_per_session_kb"] <= _kb
+
+
+def _goals_table(data: dict[str, Any]) -> list[str]:
+    by = _by(data["results"])
+    rows = ["| goal | this run | met |", "|---|---|---|"]
+    for what, target, level, check in GOALS:
+        text, ok = check(by, target, level)
+        rows.append(f"| {what} | {text} | {'yes' if ok else 'no' if ok is not None else '–'} |")
+    return rows
+
+
+def render(data: dict[str, Any], *, plots: Sequence[Path] = (), relative_to: Path | None = None) -> str:
+    """The report as markdown."""
+    m = data.get("machine", {})
+    titles = {t["name"]: t for t in data["targets"]}
+    out = [
+        "# Benchmarks: capacity and latency, side by side",
+        "",
+        "Generated by `duplex-gateway bench` (`make bench` runs it with the options below); rerun it to refresh every",
+        "number here. Each server runs as its own process on loopback, started and stopped by the bench, and is",
+        "measured by the same simulated callers in the same run. Compare **ratios** between targets of one run,",
+        "not milliseconds between runs: the machine is shared.",
+        "",
+        f"- **Command:** `{data.get('command', 'duplex-gateway bench')}`",
+        (
+            f"- **Machine:** {m.get('cpu')}, {m.get('logical_cores')} logical cores "
+            f"({m.get('usable_cores')} usable), {m.get('system')}, Python {m.get('python')}; "
+            f"1-minute load at the end {m.get('load_1min_at_end')}"
+        ),
+        f"- **Date:** {m.get('date')}; whole run {data.get('wall_s')} s",
+        "- The callers run in one process on the same cores as the server under test.",
+    ]
+    for name, reason in data.get("skipped", {}).items():
+        out.append(f"- **Skipped:** `{name}`: {reason.splitlines()[0] if reason else 'unavailable'}")
+    out += ["", "## Against the peer measured in the same run", ""]
+    for t in data["targets"]:
+        if t["peer"]:
+            rows = _pair_table(data, t["name"], t["peer"])
+            if rows:
+                out += [f"### `{t['name']}` / `{t['peer']}`", "", *rows, ""]
+    out += ["## Goals of the capacity work (issue 9)", "", *_goals_table(data), ""]
+    if plots:
+        out += ["## Plots", ""]
+        for p in plots:
+            link = os.path.relpath(p, relative_to) if relative_to is not None else str(p)
+            out.append(f"![{p.stem}]({link})")
+            out.append("")
+    out += ["## Every level", ""]
+    for name, t in titles.items():
+        results = [r for r in data["results"] if r["target"] == name]
+        if not results:
+            continue
+        how = ("client commit + response.create every turn" if t["turn_end"] == "commit"
+               else "real speech, server VAD ends each turn")
+        out += [f"### `{name}`: {t['title']}", "", f"{how}; {t['wire']} client; input {t['input_rate']} Hz.", "",
+                *_detail_table(results), ""]
+    out += [_EXPLAINED.format(turn_ms=data["options"]["turn_ms"], barge=int(data["options"]["barge_in"] * 100))]
+    return "\n".join(out)
+
+
+_EXPLAINED = """## What is measured
+
+Every caller streams PCM16 in 20 ms `input_audio_buffer.append` frames on a fixed real-time schedule for the
+whole call (an open microphone), starting at a random moment so that turns do not line up.
+
+- **Committed turns** (`floor`, `gateway-echo`, the two vLLM-Omni targets): {turn_ms} ms of the speech recording,
+  then `input_audio_buffer.commit` and `response.create` (a vLLM-Omni client says `response_create: true` on the
+  commit, and acknowledges each reply with `playback.ack`, without which vLLM-Omni answers no further turn). The
+  next turn starts with `input_audio_buffer.clear` once the reply is done, so the audio sent while listening does
+  not join it. *First audio* is timed from sending the commit to the first `response.output_audio.delta`.
+- **Server-VAD turns** (`gateway-embedded`): the whole recording (4.4 s, speech from 0.5 s to 3.4 s) and then
+  silence until the reply is done. *First audio* is timed from the frame holding the last speech sample, so the
+  VAD's silence wait (500 ms by default) is inside it.
+- **Barge-in**: about {barge} % of replies are interrupted 300 ms after their first audio: with committed turns by
+  `response.cancel` (the interrupting event is that cancel, sent by the caller), with server VAD by speaking the
+  next turn over the reply (the interrupting event is the server's `input_audio_buffer.speech_started`). The
+  *cut-off* is the time from the interrupting event to the cancelled reply's `response.done`; a reply with any
+  audio arriving after its `response.done` is counted under *bytes after done* and is a failure.
+- **Chunk gap**: time between two audio deltas of one reply (the echo replies are paced in 100 ms chunks, so
+  ≈100 ms is on time; the fake vLLM-Omni stage sends 8 chunks 60 ms apart).
+- **Late frames**: frames the caller sent more than one frame (20 ms) behind its schedule. **Client loop lag**:
+  how late the bench's own event loop wakes a 10 ms timer. A level marked ⚠client had loop lag p99 above 20 ms
+  or over 1 % late frames: the load generator was saturated, and its latencies measure the client as much as the
+  server. Send lag also grows when a server slows its reading (TCP backpressure).
+- **Server CPU**: user + system seconds of the server's process tree over the talking part of the level (read
+  from `/proc` before and after); *CPU per caller* divides it by callers × seconds. **RSS per session**: the
+  server's resident memory once all callers are connected and configured, minus before they connected, over
+  the number of callers (an idle session's cost, garbage included).
+- **Errors**: `error` events by code, connections that failed or dropped; a level marked ⚠errors had some.
+"""

@@ -1,0 +1,49 @@
+"""A seconds-long run of ``duplex-gateway bench``: two callers, the floor and the gateway with ``echo``.
+
+It checks that the bench runs end to end and reports every metric with no
+errors; it asserts no timing (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.e2e
+
+METRICS = (
+    "first_audio_ms", "chunk_gap_ms", "barge_in_cutoff_ms", "send_lag_ms", "client_loop_lag_ms",
+)
+
+
+def test_smoke_run_measures_floor_and_gateway(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    cmd = [
+        sys.executable, "-m", "duplex_gateway", "bench", "--targets", "floor,gateway-echo",
+        "--levels", "floor=2", "--levels", "gateway-echo=2", "--duration", "3", "--barge-in", "0.5",
+        "--json", str(out), "--report", str(tmp_path / "bench.md"), "--quiet",
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["skipped"] == {}
+    assert [(r["target"], r["callers"]) for r in data["results"]] == [("floor", 2), ("gateway-echo", 2)]
+    for r in data["results"]:
+        assert r["connected"] == 2
+        assert r["error_count"] == 0, r["errors"]
+        assert r["stale_replies"] == 0
+        assert r["turns"] >= 2
+        assert r["first_audio_ms"]["n"] >= 1
+        for name in METRICS:
+            assert set(r[name]) == {"n", "p50", "p95", "p99", "max"}
+        assert r["server_cpu_s"] > 0
+        assert r["server_rss_mb"] > 0
+        assert "rss_per_session_kb" in r
+    report = (tmp_path / "bench.md").read_text(encoding="utf-8")
+    assert "`gateway-echo` / `floor`" in report
