@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import json
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -167,12 +168,13 @@ class SimulatedCaller:
     # -- receiving ----------------------------------------------------------------
 
     async def _read(self) -> None:
-        loop = asyncio.get_running_loop()
+        # perf_counter, not loop.time(): uvloop's clock ticks in whole milliseconds, too coarse here.
+        clock = time.perf_counter
         try:
             async for message in self._ws:
                 event = json.loads(message)
                 if isinstance(event, dict):
-                    self._on_event(event, loop.time())
+                    self._on_event(event, clock())
         except Exception as exc:  # noqa: BLE001 - a dropped connection is a result, not a crash
             self.stats.errors[f"connection:{type(exc).__name__}"] += 1
         if self._handshake is not None and not self._handshake.done():
@@ -286,9 +288,9 @@ class SimulatedCaller:
             await self._ws.send(frame)
             if talking:
                 index += 1
-                ended = self._turn_ended(index, turn_frames, now)
+                ended = self._turn_ended(index, turn_frames, time.perf_counter())
                 if ended:
-                    talking, listen_since = False, now
+                    talking, listen_since = False, time.perf_counter()
                     barge = self._rng.random() < plan.barge_in
                     await self._end_turn()
                 continue
@@ -298,19 +300,19 @@ class SimulatedCaller:
                 and answer is not None
                 and answer.first_at is not None
                 and answer.interrupted_at is None
-                and now - answer.first_at >= plan.barge_after_ms / 1000.0
+                and time.perf_counter() - answer.first_at >= plan.barge_after_ms / 1000.0
             ):
                 barge = False
                 self.stats.barge_ins += 1
                 if plan.turn_end == "commit":
-                    answer.interrupted_at = loop.time()
+                    answer.interrupted_at = time.perf_counter()
                     await self._send({"type": "response.cancel", "response_id": answer.response_id})
                 else:  # speak over the reply: that speech is the next turn
                     talking, index = True, max(0, audio.speech_start - 10)
                     self._begin_turn()
                     continue
             over = self._turn_over.is_set()
-            if not over and now - listen_since > plan.turn_timeout_s:
+            if not over and time.perf_counter() - listen_since > plan.turn_timeout_s:
                 self.stats.timeouts += 1
                 over = True
             if over:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import math
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -116,8 +117,8 @@ class LoopLag:
                 await self._task
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+        clock = time.perf_counter  # uvloop's own clock ticks in whole milliseconds
         while True:
-            before = loop.time()
+            before = clock()
             await asyncio.sleep(self.INTERVAL_S)
-            self.samples_ms.append(max(0.0, (loop.time() - before - self.INTERVAL_S) * 1000.0))
+            self.samples_ms.append(max(0.0, (clock() - before - self.INTERVAL_S) * 1000.0))
