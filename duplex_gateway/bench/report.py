@@ -112,6 +112,7 @@ _DETAIL_COLUMNS: list[tuple[str, Callable[[Result], str]]] = [
      lambda r: f"{_fmt(r['barge_in_cutoff_ms']['p50'])} / {_fmt(r['barge_in_cutoff_ms']['p99'])}, "
      f"{r['barge_in_cutoff_ms']['n']}"),
     ("replies with bytes after done", lambda r: f"{r['stale_replies']} ({r['stale_bytes']} B)"),
+    ("cancels after the reply ended", lambda r: str(r.get("late_cancels", 0))),
     ("errors", lambda r: ", ".join(f"{k} {v}" for k, v in sorted(r["errors"].items())) or "0"),
     ("late frames / sent", lambda r: f"{r['late_frames']} / {r['frames']}"),
     ("client loop lag p99 (ms)", lambda r: _fmt(r["client_loop_lag_ms"]["p99"])),
@@ -289,5 +290,7 @@ whole call (an open microphone), starting at a random moment so that turns do no
   from `/proc` before and after); *CPU per caller* divides it by callers × seconds. **RSS per session**: the
   server's resident memory once all callers are connected and configured, minus before they connected, over
   the number of callers (an idle session's cost, garbage included).
+- **Cancels after the reply ended**: `response_cancel_not_active` answers, when the caller's cancel crossed the
+  reply's own `response.done` on the wire (more of them when replies arrive late); not counted as errors.
 - **Errors**: `error` events by code, connections that failed or dropped; a level marked ⚠errors had some.
 """

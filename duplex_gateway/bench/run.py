@@ -80,7 +80,7 @@ def _merge(stats: Sequence[CallerStats]) -> CallerStats:
         for name in ("first_audio_ms", "gaps_ms", "cutoff_ms", "send_lag_ms"):
             getattr(total, name).extend(getattr(s, name))
         for name in ("frames", "late_frames", "turns", "completed", "cancelled", "barge_ins", "timeouts",
-                     "stale_replies", "stale_bytes"):
+                     "stale_replies", "stale_bytes", "late_cancels"):
             setattr(total, name, getattr(total, name) + getattr(s, name))
         total.errors.update(s.errors)
     return total
@@ -156,6 +156,7 @@ async def run_level(
         "barge_in_cutoff_ms": summarize(total.cutoff_ms),
         "stale_replies": total.stale_replies,
         "stale_bytes": total.stale_bytes,
+        "late_cancels": total.late_cancels,
         "errors": dict(total.errors),
         "error_count": sum(total.errors.values()),
         "frames": total.frames,
@@ -206,7 +207,8 @@ async def run_all(targets: Sequence[Target], options: RunOptions) -> dict[str, A
             duration = options.duration_s or target.duration_s
             progress.line(f"[bench] {target.name}: starting", force=False)
             try:
-                with start(target, Path(tmp), max_callers=max(target.levels)) as server:
+                # Room for every level at once: a server may hold a closed session for a while (resume).
+                with start(target, Path(tmp), max_callers=sum(target.levels)) as server:
                     for callers in target.levels:
                         if not server.alive():
                             raise TargetUnavailable(f"exited during the run:\n{server.log_tail()}")
