@@ -283,9 +283,9 @@ whole call (an open microphone), starting at a random moment so that turns do no
 - **Chunk gap**: time between two audio deltas of one reply (the echo replies are paced in 100 ms chunks, so
   ≈100 ms is on time; the fake vLLM-Omni stage sends 8 chunks 60 ms apart).
 - **Late frames**: frames the caller sent more than one frame (20 ms) behind its schedule. **Client loop lag**:
-  how late the bench's own event loop wakes a 10 ms timer. A level marked ⚠client had loop lag p99 above 20 ms
-  or over 1 % late frames: the load generator was saturated, and its latencies measure the client as much as the
-  server. Send lag also grows when a server slows its reading (TCP backpressure).
+  how late the bench's own event loop wakes a 10 ms timer. A level marked ⚠client had loop lag p99 above 20 ms:
+  the load generator was saturated, and its latencies measure the client as much as the server. Late frames
+  with a calm client loop come from the server: it read slowly and TCP backpressure held the sender back.
 - **Server CPU**: user + system seconds of the server's process tree over the talking part of the level (read
   from `/proc` before and after); *CPU per caller* divides it by callers × seconds. **RSS per session**: the
   server's resident memory once all callers are connected and configured, minus before they connected, over
