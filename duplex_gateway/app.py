@@ -7,10 +7,8 @@ import contextlib
 import hmac
 import json
 import logging
-import os
 import secrets
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from starlette.websockets import WebSocket
 from duplex_gateway.audio.format import AudioFormat, Encoding
 from duplex_gateway.config import GatewaySettings
 from duplex_gateway.connection import Connection, SessionRegistry
-from duplex_gateway.dialects.realtime import render_server_event
+from duplex_gateway.dialects.realtime import RealtimeDialect, render_server_event
 from duplex_gateway.engine import port
 from duplex_gateway.errors import CloseCode, ErrorCode
 from duplex_gateway.events import ErrorEvent
@@ -63,7 +61,7 @@ def session_defaults(settings: GatewaySettings) -> SessionConfig:
 
 
 class _Gateway:
-    """Shared state of the running gateway: one engine, the session count, a worker pool."""
+    """Shared state of the running gateway: one engine, the session count, the sessions parked for resume."""
 
     def __init__(self, settings: GatewaySettings, engine: port.Engine) -> None:
         self.settings = settings
@@ -72,8 +70,6 @@ class _Gateway:
         self.registry = SessionRegistry(settings.limits.max_sessions)
         self.connections: set[Connection] = set()
         self.resumes: ResumeRegistry[Connection] = ResumeRegistry()
-        # Sized to the cores: audio conversion and VAD are CPU-bound.
-        self.executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="audio")
 
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -127,9 +123,11 @@ class _Gateway:
             settings=self.settings,
             defaults=defaults,
             registry=self.registry,
-            executor=self.executor,
             handshake=handshake,
-            beta=beta,
+            dialect=RealtimeDialect(
+                session_id=session_id, beta=beta, duplex=handshake is Handshake.DUPLEX,
+                max_message_bytes=self.settings.limits.max_message_bytes,
+            ),
             resumes=self.resumes,
         )
         self.connections.add(connection)
@@ -171,7 +169,6 @@ class _Gateway:
             yield
         finally:
             await self.engine.shutdown()
-            self.executor.shutdown(wait=False, cancel_futures=True)
 
 
 def create_app(settings: GatewaySettings, engine: port.Engine) -> Starlette:

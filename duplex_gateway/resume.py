@@ -31,7 +31,7 @@ def new_resume_token() -> str:
 @dataclass(frozen=True, slots=True)
 class _Entry:
     seq: int
-    text: str
+    text: str | bytes
 
 
 class Journal:
@@ -45,7 +45,7 @@ class Journal:
         #: The highest sequence number ever dropped from the front (0: nothing dropped yet).
         self._dropped_through = 0
 
-    def append(self, seq: int, text: str) -> None:
+    def append(self, seq: int, text: str | bytes) -> None:
         self._entries.append(_Entry(seq, text))
         self._bytes += len(text)
         while self._entries and (len(self._entries) > self._max_events or self._bytes > self._max_bytes):
@@ -57,7 +57,7 @@ class Journal:
         """Whether every event after ``seq`` is still held."""
         return seq >= self._dropped_through
 
-    def after(self, seq: int) -> list[str]:
+    def after(self, seq: int) -> list[str | bytes]:
         """The events after ``seq``, oldest first."""
         return [entry.text for entry in self._entries if entry.seq > seq]
 

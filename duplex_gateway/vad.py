@@ -125,6 +125,16 @@ class SileroVad:
         probability, next_state = self._session.run(None, {"input": window, "state": state, "sr": _SR_INPUT})
         return float(probability[0, 0]), np.asarray(next_state, dtype=np.float32)
 
+    def infer_batch(
+        self, windows: npt.NDArray[np.float32], states: npt.NDArray[np.float32]
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        """One step of many streams at once: ``windows`` [B, 576], ``states`` [2, B, 128].
+
+        Returns each stream's probability [B] and next state [2, B, 128].
+        """
+        probability, next_state = self._session.run(None, {"input": windows, "state": states, "sr": _SR_INPUT})
+        return np.asarray(probability, dtype=np.float32)[:, 0], np.asarray(next_state, dtype=np.float32)
+
 
 class VadWindow(NamedTuple):
     """One inference window: where it ends in the stream, and how speech-like it was."""
@@ -161,24 +171,53 @@ class SileroVadStream:
 
     def process(self, samples: npt.NDArray[np.floating]) -> list[VadWindow]:
         """Feed 16 kHz mono samples; one :class:`VadWindow` per completed 512-sample window."""
+        inputs = self.take_windows(samples)
+        probabilities = []
+        for row in range(inputs.shape[0]):
+            probability, self._state = self._model.infer(inputs[row : row + 1], self._state)
+            probabilities.append(probability)
+        return self.windows_ending(probabilities)
+
+    def take_windows(self, samples: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
+        """Buffer ``samples``; the model inputs of the windows they complete, [n, 576], in order.
+
+        Each input is the window with its 64-sample context (the previous window's
+        tail) in front. Only the recurrent state is left to inference, which must
+        run the rows in order and then report them with :meth:`windows_ending`.
+        """
         chunk = np.asarray(samples, dtype=np.float32)
         if chunk.ndim != 1:
             raise ValueError(f"expected mono 1-D samples, got shape {chunk.shape}")
         audio = np.concatenate((self._pending, chunk)) if self._pending.size else chunk
         full = audio.size // WINDOW_SAMPLES
-        results: list[VadWindow] = []
-        frame = self._input
+        inputs = np.empty((full, CONTEXT_SAMPLES + WINDOW_SAMPLES), dtype=np.float32)
+        context = self._input[0, :CONTEXT_SAMPLES]
         for index in range(full):
             window = audio[index * WINDOW_SAMPLES : (index + 1) * WINDOW_SAMPLES]
-            frame[0, CONTEXT_SAMPLES:] = window
-            probability, self._state = self._model.infer(frame, self._state)
-            # The next window's context is the tail of this one.
-            frame[0, :CONTEXT_SAMPLES] = window[-CONTEXT_SAMPLES:]
-            self._windows += 1
-            results.append(VadWindow(self._windows * WINDOW_MS, probability))
+            inputs[index, :CONTEXT_SAMPLES] = context
+            inputs[index, CONTEXT_SAMPLES:] = window
+            context = window[-CONTEXT_SAMPLES:]
+        self._input[0, :CONTEXT_SAMPLES] = context
         # Copy: ``audio`` may be the caller's array, which they are free to reuse.
         self._pending = audio[full * WINDOW_SAMPLES :].copy()
+        return inputs
+
+    def windows_ending(self, probabilities: Iterable[float]) -> list[VadWindow]:
+        """Number the inferred windows on this stream's clock, in order."""
+        results: list[VadWindow] = []
+        for probability in probabilities:
+            self._windows += 1
+            results.append(VadWindow(self._windows * WINDOW_MS, float(probability)))
         return results
+
+    @property
+    def state(self) -> npt.NDArray[np.float32]:
+        """The recurrent state after the windows inferred so far, [2, 1, 128]."""
+        return self._state
+
+    @state.setter
+    def state(self, value: npt.NDArray[np.float32]) -> None:
+        self._state = value
 
     def reset(self) -> None:
         """Start over as a new stream at 0 ms."""

@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from typing import Any
 
 import numpy as np
@@ -19,10 +17,13 @@ import pytest
 
 from duplex_gateway.app import session_defaults
 from duplex_gateway.config import MAX_APPEND_AUDIO_BYTES, MAX_MESSAGE_BYTES, load_settings
-from duplex_gateway.connection import INPUT_SLICE_MS, Connection, SessionRegistry
+from duplex_gateway.connection import ENGINE_BACKLOG_MS, INPUT_SLICE_MS, Connection, SessionRegistry
+from duplex_gateway.dialects.realtime import RealtimeDialect
+from duplex_gateway.engine import port
 from duplex_gateway.engine.echo import EchoEngine
 from duplex_gateway.resume import ResumeRegistry
 from duplex_gateway.session import Handshake
+from duplex_gateway.session_config import SessionConfig
 
 RATE = 24_000
 FRAME_20MS = RATE * 2 // 50
@@ -118,8 +119,7 @@ def speech_like(seconds: float) -> bytes:
 class Harness:
     """Builds connections over fake sockets; stops whatever they left running."""
 
-    def __init__(self, executor: Executor) -> None:
-        self.executor = executor
+    def __init__(self) -> None:
         self.tasks: list[asyncio.Task[None]] = []
 
     def connect(
@@ -141,9 +141,11 @@ class Harness:
             settings=settings,
             defaults=session_defaults(settings),
             registry=registry or SessionRegistry(settings.limits.max_sessions),
-            executor=self.executor,
             handshake=handshake,
-            beta=False,
+            dialect=RealtimeDialect(
+                session_id=session_id, beta=False, duplex=handshake is Handshake.DUPLEX,
+                max_message_bytes=settings.limits.max_message_bytes,
+            ),
             resumes=resumes,
         )
         self.tasks.append(asyncio.create_task(connection.serve()))
@@ -156,15 +158,8 @@ class Harness:
 
 
 @pytest.fixture
-def executor() -> Iterator[ThreadPoolExecutor]:
-    pool = ThreadPoolExecutor(max_workers=2)
-    yield pool
-    pool.shutdown(wait=True)
-
-
-@pytest.fixture
-async def harness(executor: ThreadPoolExecutor) -> AsyncIterator[Harness]:
-    h = Harness(executor)
+async def harness() -> AsyncIterator[Harness]:
+    h = Harness()
     yield h
     await h.aclose()
 
@@ -173,6 +168,30 @@ async def echo(pace: float = 0.0, chunk_ms: int = 100, **kwargs: Any) -> EchoEng
     engine = EchoEngine(rate=RATE, pace=pace, chunk_ms=chunk_ms, **kwargs)
     await engine.start()
     return engine
+
+
+class GatedEcho(EchoEngine):
+    """The echo engine, its sessions taking caller audio only while the test lets them; records each append."""
+
+    def __init__(self, socket: FakeSocket) -> None:
+        super().__init__(rate=RATE, pace=0.0, chunk_ms=100)
+        self._socket = socket
+        self.gate = asyncio.Event()
+        self.appends: list[int] = []
+        self.reads_at_append: list[int] = []
+
+    async def open_session(self, session_id: str, config: SessionConfig) -> port.EngineSession:
+        session = await super().open_session(session_id, config)
+        take = session.append_audio
+
+        async def gated(pcm: bytes) -> None:
+            self.reads_at_append.append(self._socket.reads)
+            await self.gate.wait()
+            self.appends.append(len(pcm))
+            await take(pcm)
+
+        session.append_audio = gated  # type: ignore[method-assign]
+        return session
 
 
 async def reply_to_turn(socket: FakeSocket, start: int = 0) -> str:
@@ -201,79 +220,43 @@ async def test_audio_sent_at_once_is_all_processed_in_order(harness: Harness) ->
     assert audio_of(socket, response_id) == audio
 
 
-class GatedExecutor(Executor):
-    """Runs jobs on a thread, each only once the test lets it; records what each job was given."""
-
-    def __init__(self, socket: FakeSocket) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1)
-        self._socket = socket
-        self.gate = threading.Event()
-        self.entered = threading.Semaphore(0)
-        self.reads_at_job: list[int] = []
-        self.job_bytes: list[int] = []
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        # Recorded on the event loop, when the connection hands the job over.
-        self.reads_at_job.append(self._socket.reads)
-        self.job_bytes.append(len(args[0]) if args and isinstance(args[0], bytes) else 0)
-
-        def gated() -> Any:
-            self.entered.release()
-            self.gate.wait()
-            return fn(*args, **kwargs)
-
-        return self._pool.submit(gated)
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        self.gate.set()
-        self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
-
-
-async def test_the_reader_stops_reading_while_the_input_stage_is_busy() -> None:
-    """The memory bound: one client message at a time is between the socket and the engine."""
+async def test_the_reader_stops_reading_while_the_engine_is_behind(harness: Harness) -> None:
+    """The memory bound: at most ENGINE_BACKLOG_MS of caller audio waits for the engine, plus one message."""
     socket = FakeSocket()
-    gated = GatedExecutor(socket)
-    harness = Harness(gated)
-    try:
-        harness.connect(socket, await echo())
-        frames = 50
-        audio = speech_like(frames * 0.02)
-        for offset in range(0, len(audio), FRAME_20MS):
-            socket.append(audio[offset : offset + FRAME_20MS])
-        # The first frame is in the input stage and held there.
-        await asyncio.to_thread(gated.entered.acquire)
-        for _ in range(100):  # every other task gets to run: none reads the socket
-            await asyncio.sleep(0)
-        assert socket.reads == 1
-        assert socket.incoming.qsize() == frames - 1
-        gated.gate.set()
-        response_id = await reply_to_turn(socket)
-        await socket.wait_for(done_of(response_id))
-        # Each frame was read only after the one before it had gone through the stage.
-        assert gated.reads_at_job == list(range(1, frames + 1))
-        assert audio_of(socket, response_id) == audio
-    finally:
-        await harness.aclose()
-        gated.shutdown()
+    engine = GatedEcho(socket)
+    await engine.start()
+    harness.connect(socket, engine)
+    frames = 3 * ENGINE_BACKLOG_MS // 20  # three times what may wait
+    audio = speech_like(frames * 0.02)
+    for offset in range(0, len(audio), FRAME_20MS):
+        socket.append(audio[offset : offset + FRAME_20MS])
+    await socket.wait_for("session.created")
+    for _ in range(200):  # every other task gets to run: the reader must stop on its own
+        await asyncio.sleep(0)
+    held = ENGINE_BACKLOG_MS // 20
+    assert held <= socket.reads <= held + 2, socket.reads
+    assert socket.incoming.qsize() == frames - socket.reads
+    engine.gate.set()
+    response_id = await reply_to_turn(socket)
+    await socket.wait_for(done_of(response_id))
+    # Nothing was dropped on the way, and the engine saw the frames one by one, in order.
+    assert audio_of(socket, response_id) == audio
+    assert engine.appends == [FRAME_20MS] * frames
 
 
-async def test_a_long_append_goes_through_the_input_stage_in_slices() -> None:
+async def test_a_long_append_goes_through_the_input_stage_in_slices(harness: Harness) -> None:
     socket = FakeSocket()
-    gated = GatedExecutor(socket)
-    gated.gate.set()
-    harness = Harness(gated)
-    try:
-        harness.connect(socket, await echo())
-        audio = speech_like(1.05)
-        socket.append(audio)
-        response_id = await reply_to_turn(socket)
-        await socket.wait_for(done_of(response_id))
-        slice_bytes = RATE * 2 * INPUT_SLICE_MS // 1000
-        assert gated.job_bytes == [slice_bytes] * 10 + [len(audio) - 10 * slice_bytes]
-        assert audio_of(socket, response_id) == audio
-    finally:
-        await harness.aclose()
-        gated.shutdown()
+    engine = GatedEcho(socket)
+    engine.gate.set()
+    await engine.start()
+    harness.connect(socket, engine)
+    audio = speech_like(1.05)
+    socket.append(audio)
+    response_id = await reply_to_turn(socket)
+    await socket.wait_for(done_of(response_id))
+    slice_bytes = RATE * 2 * INPUT_SLICE_MS // 1000
+    assert engine.appends == [slice_bytes] * 10 + [len(audio) - 10 * slice_bytes]
+    assert audio_of(socket, response_id) == audio
 
 
 def test_the_message_size_limit_holds_an_append_of_15_mib() -> None:

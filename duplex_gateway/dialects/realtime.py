@@ -97,6 +97,7 @@ from duplex_gateway.events import (
 
 __all__ = [
     "CLIENT_EVENT_TYPES",
+    "RealtimeDialect",
     "parse_client_event",
     "render_item",
     "render_server_event",
@@ -571,3 +572,36 @@ def _playback(event: PlaybackAcknowledged, session_id: str) -> JsonObject:
     # vLLM-Omni nests its ledger's view under ``event``; mirror it for its clients.
     nested: JsonObject = {"type": "playback.acknowledged", "session_id": session_id, **fields}
     return {"session_id": session_id, **fields, "event": nested}
+
+
+class RealtimeDialect:
+    """OpenAI Realtime (GA, or beta with ``beta``) and vLLM-Omni's duplex extensions, as a :class:`Dialect`.
+
+    ``duplex``: the client opened the session with vLLM-Omni's duplex handshake,
+    so it also gets the vLLM-Omni events a plain Realtime client does not know.
+    """
+
+    def __init__(self, *, session_id: str, beta: bool, duplex: bool, max_message_bytes: int) -> None:
+        self.session_id = session_id
+        self.beta = beta
+        self.duplex = duplex
+        self._max_bytes = max_message_bytes
+
+    def parse(self, frame: str | bytes) -> tuple[Command, ...]:
+        if not isinstance(frame, str):
+            raise ProtocolError(ErrorCode.BINARY_NOT_SUPPORTED, "this endpoint takes JSON text messages only")
+        return (parse_client_event(frame, max_bytes=self._max_bytes),)
+
+    def render(self, event: ServerEvent, *, seq: int) -> str | None:
+        payload = render_server_event(
+            event, seq=seq, event_id=f"event_{seq}", beta=self.beta, session_id=self.session_id, duplex=self.duplex
+        )
+        return None if payload is None else json.dumps(payload, separators=(",", ":"))
+
+    def render_resumed(self, event: ServerEvent, *, last_seq: int) -> str:
+        payload = render_server_event(
+            event, seq=last_seq, event_id=f"event_resumed_{last_seq}", beta=self.beta,
+            session_id=self.session_id, duplex=self.duplex,
+        )
+        assert payload is not None
+        return json.dumps(payload, separators=(",", ":"))

@@ -1,0 +1,37 @@
+"""The seam between a wire protocol and the gateway's one vocabulary.
+
+A :class:`Dialect` is a pure translator (no socket, no clock): client frames in,
+:mod:`~duplex_gateway.commands` out; :mod:`~duplex_gateway.events` in, frames
+out. The connection holds one per socket and knows nothing else of the protocol,
+so the OpenAI Realtime dialect and the telephony carriers' dialects plug in the
+same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from duplex_gateway.commands import Command
+from duplex_gateway.events import ServerEvent
+
+__all__ = ["Dialect", "Frame"]
+
+#: One WebSocket message: text (JSON protocols) or binary (raw audio of some carriers).
+Frame = str | bytes
+
+
+class Dialect(Protocol):
+    """Translates one connection's frames and events; one instance per connection."""
+
+    def parse(self, frame: Frame) -> Sequence[Command]:
+        """The commands one client frame carries (any number); raises only ``ProtocolError``."""
+        ...
+
+    def render(self, event: ServerEvent, *, seq: int) -> Frame | None:
+        """``event`` as the frame the client gets, numbered ``seq``; None if the dialect has no form for it."""
+        ...
+
+    def render_resumed(self, event: ServerEvent, *, last_seq: int) -> Frame:
+        """The event that starts a resume's replay; it repeats the client's ``last_seq`` instead of taking one."""
+        ...

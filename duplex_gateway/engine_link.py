@@ -1,0 +1,141 @@
+"""The calls a session makes into its engine session: in order, one way, from one task.
+
+The session decides synchronously; the calls it decides on are handed to an
+:class:`EngineLink`, which makes them one after another on its own task. Nothing
+waits for an engine call while holding the session: the caller's audio keeps
+flowing, and the engine's events keep coming back, while a slow call runs. The
+link counts the caller audio it holds; above its high water mark the connection
+stops reading the socket until the engine has caught up (input backpressure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+from duplex_gateway.engine import port
+from duplex_gateway.session import (
+    AckPlayback,
+    AddItem,
+    AppendAudio,
+    BargeInEngine,
+    CallerPaused,
+    CancelResponse,
+    ClearInput,
+    CommitInput,
+    DeleteItem,
+    EngineCall,
+    StartResponse,
+    UpdateEngine,
+)
+
+__all__ = ["EngineLink"]
+
+logger = logging.getLogger(__name__)
+
+
+class EngineLink:
+    """Makes one engine session's calls in the order they were submitted.
+
+    ``on_error`` hears of every call that failed or timed out (after
+    ``timeout_s``); the link goes on with the next call.
+    """
+
+    def __init__(
+        self,
+        engine_session: port.EngineSession,
+        *,
+        timeout_s: float,
+        on_error: Callable[[EngineCall, BaseException], None],
+        high_water_bytes: int,
+        name: str,
+    ) -> None:
+        self.engine_session = engine_session
+        self._timeout_s = timeout_s
+        self._on_error = on_error
+        self._high_water = high_water_bytes
+        self._calls: deque[EngineCall] = deque()
+        self._audio_bytes = 0
+        self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._task = asyncio.create_task(self._run(), name=f"engine-link:{name}")
+
+    @property
+    def backlogged(self) -> bool:
+        """More caller audio is waiting for the engine than the high water mark."""
+        return self._audio_bytes > self._high_water
+
+    def submit(self, call: EngineCall) -> None:
+        """Make ``call`` after every call submitted before it; returns at once."""
+        self._calls.append(call)
+        if isinstance(call, AppendAudio):
+            self._audio_bytes += len(call.pcm)
+            if self._audio_bytes > self._high_water:
+                self._drained.clear()
+        self._wake.set()
+
+    async def drained(self) -> None:
+        """Wait until the audio waiting for the engine is at most half the high water mark."""
+        await self._drained.wait()
+
+    async def close(self) -> None:
+        """Stop making calls (those still queued are dropped: the engine session is closing)."""
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._calls.clear()
+        self._drained.set()
+
+    async def _run(self) -> None:
+        calls = self._calls
+        while True:
+            if not calls:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            call = calls.popleft()
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    await self._make(call)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any engine failure is reported the same way
+                logger.exception("engine call %s failed", type(call).__name__)
+                self._on_error(call, exc)
+            finally:
+                if isinstance(call, AppendAudio):
+                    self._audio_bytes -= len(call.pcm)
+                    if self._audio_bytes <= self._high_water // 2:
+                        self._drained.set()
+
+    def _make(self, call: EngineCall) -> Awaitable[None]:
+        session = self.engine_session
+        if isinstance(call, AppendAudio):
+            return session.append_audio(call.pcm)
+        if isinstance(call, CommitInput):
+            return session.commit(item_id=call.item_id, response_id=call.response_id)
+        if isinstance(call, CallerPaused):
+            return session.caller_paused()
+        if isinstance(call, ClearInput):
+            return session.clear_input()
+        if isinstance(call, AddItem):
+            return session.add_item(
+                item_id=call.item_id, role=call.role, text=call.text, previous_item_id=call.previous_item_id
+            )
+        if isinstance(call, DeleteItem):
+            return session.delete_item(call.item_id)
+        if isinstance(call, StartResponse):
+            return session.create_response(response_id=call.response_id, instructions=call.instructions)
+        if isinstance(call, CancelResponse):
+            return session.cancel_response(call.response_id)
+        if isinstance(call, BargeInEngine):
+            return session.barge_in()
+        if isinstance(call, AckPlayback):
+            return session.ack_playback(response_id=call.response_id, played_ms=call.played_ms)
+        if isinstance(call, UpdateEngine):
+            return session.update(call.config)
+        raise TypeError(f"not an engine call: {call!r}")
