@@ -73,6 +73,8 @@ DEFAULT_INPUT_RATE = 16_000
 DEFAULT_OUTPUT_RATE = 24_000
 #: Engine errors caused by a playback report the gateway already validated (late or duplicate acks).
 _PLAYBACK_ERROR_PREFIX = "playback_"
+#: vLLM-Omni's answer to a cancel of a reply that had already finished.
+_REPLY_ALREADY_OVER = "response_not_active"
 
 
 class OmniFactoryError(ValueError):
@@ -301,10 +303,13 @@ class VllmOmniSession(port.EngineSession):
 
     async def cancel_response(self, response_id: str) -> None:
         engine_id = self._engine_id(response_id)
-        if engine_id is None and response_id in self._pending_ids:
-            # Not started yet: fence the engine's reply whenever it is created.
-            self._pending_ids.remove(response_id)
-            self._cancelled_pending.add(response_id)
+        if engine_id is None:
+            if response_id in self._pending_ids:
+                # Not created yet. A cancel naming no reply would stop whichever reply vLLM-Omni
+                # creates next (the caller's next turn's, if it comes first); instead the reply
+                # keeps its place in line and is cancelled by its own id once announced.
+                self._cancelled_pending.add(response_id)
+            return
         await self._handle.cancel_response(engine_id)
 
     async def barge_in(self) -> None:
@@ -428,7 +433,9 @@ class VllmOmniSession(port.EngineSession):
         if kind == "error":
             code = str(getattr(event, "code", "") or "engine_error")
             message = str(getattr(event, "message", "") or "")
-            if code.startswith(_PLAYBACK_ERROR_PREFIX):
+            if code.startswith(_PLAYBACK_ERROR_PREFIX) or code == _REPLY_ALREADY_OVER:
+                # About a reply the gateway has already closed out (a cancel crossing the
+                # reply's own end): the client was answered; nothing went wrong for it.
                 logger.info("vLLM-Omni session %s: %s: %s", self.engine_session_id, code, message)
                 return []
             return [port.EngineError(code=code, message=message)]
