@@ -375,12 +375,26 @@ async def test_close_during_a_reply_cancels_it_then_ends(engine: EmbeddedEngine)
     ]
 
 
-async def test_update_and_ack_are_accepted(engine: EmbeddedEngine) -> None:
+async def test_a_speed_update_speeds_up_the_next_reply_and_other_calls_change_nothing(
+    engine: EmbeddedEngine, speech_pcm: bytes
+) -> None:
+    async def reply_seconds(session: port.EngineSession, item_id: str) -> float:
+        await session.append_audio(speech_pcm)
+        await session.commit(item_id=item_id, response_id=f"resp_{item_id}")
+        seen = await read_until(session.events(), port.EngineResponseDone)
+        assert seen[-1] == port.EngineResponseDone(response_id=f"resp_{item_id}", status="completed")
+        return audio_bytes(seen, f"resp_{item_id}") / 2 / engine.capabilities.output_rate
+
     async with opened(engine, "update") as session:
+        normal = await reply_seconds(session, "item_n1")
         await session.update(SessionConfig(speed=1.5))
-        await session.ack_playback(response_id="resp_x", played_ms=100)
-        await session.add_item(item_id="item_s", role="system", text="Be brief.")  # no effect
-        await session.cancel_response("resp_unknown")  # not the active reply: ignored
+        # None of these may disturb the session: the next turn is answered as before.
+        await session.ack_playback(response_id="resp_item_n1", played_ms=100)
+        await session.add_item(item_id="item_s", role="system", text="Be brief.")
+        await session.cancel_response("resp_unknown")
+        fast = await reply_seconds(session, "item_n2")
+    # The same words said half again as fast take about two thirds of the time.
+    assert fast < normal * 0.85, (normal, fast)
 
 
 def test_registry_builds_the_embedded_engine() -> None:
