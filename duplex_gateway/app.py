@@ -7,7 +7,6 @@ import contextlib
 import hmac
 import json
 import logging
-import secrets
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +25,7 @@ from duplex_gateway.dialects.realtime import RealtimeDialect, render_server_even
 from duplex_gateway.engine import port
 from duplex_gateway.errors import CloseCode, ErrorCode
 from duplex_gateway.events import ErrorEvent
-from duplex_gateway.resume import ResumeRegistry
+from duplex_gateway.resume import ResumeRegistry, new_session_id
 from duplex_gateway.session import Handshake
 from duplex_gateway.session_config import InputTranscription, SessionConfig, SessionKind, TurnDetection
 
@@ -69,15 +68,18 @@ class _Gateway:
         self.defaults = session_defaults(settings)
         self.registry = SessionRegistry(settings.limits.max_sessions)
         self.connections: set[Connection] = set()
-        self.resumes: ResumeRegistry[Connection] = ResumeRegistry()
+        self.resumes: ResumeRegistry[Connection] = ResumeRegistry(settings.server.node_id)
+        #: Set once shutdown has begun: /readyz answers 503 so a load balancer stops sending callers.
+        self.shutting_down = False
 
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
-        ready = self.engine.ready
+        ready = self.engine.ready and not self.shutting_down
         body = {
-            "status": "ready" if ready else "not_ready",
+            "status": "ready" if ready else ("shutting_down" if self.shutting_down else "not_ready"),
+            "node": self.settings.server.node_id,
             "engine": self.engine.capabilities.name,
             "sessions": self.registry.count,
             "engine_sessions": self.engine.active_sessions,
@@ -102,7 +104,7 @@ class _Gateway:
             or _BETA_PROTOCOL in offered
             or websocket.query_params.get("beta", "0").lower() in ("1", "true")
         )
-        session_id = f"sess_{secrets.token_hex(8)}"
+        session_id = new_session_id(self.settings.server.node_id)
         if not self._authorized(websocket, offered):
             event = ErrorEvent(code=ErrorCode.UNAUTHORIZED, message="a valid API key is required")
             payload = render_server_event(event, seq=1, event_id="event_1", beta=beta, session_id=session_id)
@@ -138,6 +140,7 @@ class _Gateway:
 
     async def close_all(self, timeout_s: float = 5.0) -> None:
         """Tell every live session the gateway is going away and wait for them to close."""
+        self.shutting_down = True
         connections = list(self.connections) + self.resumes.parked()
         if not connections:
             return

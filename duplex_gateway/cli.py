@@ -19,6 +19,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--engine", help="engine name, overriding engine.name")
     serve.add_argument("--host", help="address to listen on, overriding server.host")
     serve.add_argument("--port", type=int, help="port to listen on, overriding server.port")
+    serve.add_argument(
+        "--node-id",
+        help="this process's name behind a load balancer (session ids carry it), overriding server.node_id",
+    )
     serve.add_argument("--model", help="vLLM-Omni model name or path, overriding engine.vllm_omni.model")
     serve.add_argument(
         "--deploy-config", help="vLLM-Omni deploy YAML, overriding engine.vllm_omni.deploy_config"
@@ -84,6 +88,7 @@ def _serve(args: argparse.Namespace) -> int:
                 "engine.name": args.engine,
                 "server.host": args.host,
                 "server.port": args.port,
+                "server.node_id": args.node_id,
                 "engine.vllm_omni.model": args.model,
                 "engine.vllm_omni.deploy_config": args.deploy_config,
                 "engine.vllm_omni.omni_factory": args.omni_factory,

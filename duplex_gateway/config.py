@@ -50,6 +50,10 @@ class ServerSettings(_Section):
     #: Offer WebSocket compression (permessage-deflate). Base64 audio barely compresses, and
     #: deflating every frame both ways costs more CPU than the rest of a session's work.
     ws_per_message_deflate: bool = False
+    #: This process's name among several gateways behind one load balancer. Set, session ids are
+    #: ``sess_<node_id>_<hex>``, so the balancer can send a resuming client to the process that holds
+    #: its session (docs/scaling.md). Letters, digits and ``-`` only; null: ``sess_<hex>``.
+    node_id: str | None = Field(None, pattern=r"^[A-Za-z0-9-]{1,32}$")
 
 
 #: The most audio one ``input_audio_buffer.append`` may carry, as OpenAI's Realtime API allows.

@@ -6,11 +6,17 @@ events it produces are kept in a bounded :class:`Journal`. A new connection
 whose first message is ``session.resume {session_id, resume_token,
 last_received_server_event_seq}`` re-attaches and is sent every event after
 that sequence number. Tokens are single-use: each attach issues a new one.
+
+A detached session lives in one process's memory. Several gateways behind one
+load balancer each get a ``server.node_id``; their session ids name it
+(:func:`new_session_id`), so the balancer can send a resume to its process
+(docs/scaling.md), and a resume that lands elsewhere is told where it belongs.
 """
 
 from __future__ import annotations
 
 import hmac
+import re
 import secrets
 from collections import deque
 from dataclasses import dataclass
@@ -18,7 +24,7 @@ from typing import Generic, Protocol, TypeVar
 
 from duplex_gateway.errors import ErrorCode, ProtocolError
 
-__all__ = ["Journal", "ResumeRegistry", "new_resume_token"]
+__all__ = ["Journal", "ResumeRegistry", "new_resume_token", "new_session_id", "node_of"]
 
 T = TypeVar("T")
 
@@ -26,6 +32,21 @@ T = TypeVar("T")
 def new_resume_token() -> str:
     """A fresh, unguessable resume credential."""
     return secrets.token_urlsafe(24)
+
+
+_NODE_SESSION_ID = re.compile(r"sess_([A-Za-z0-9-]{1,32})_[0-9a-f]{16}")
+
+
+def new_session_id(node_id: str | None = None) -> str:
+    """A fresh session id: ``sess_<hex>``, or ``sess_<node_id>_<hex>`` on a named node."""
+    suffix = secrets.token_hex(8)
+    return f"sess_{node_id}_{suffix}" if node_id else f"sess_{suffix}"
+
+
+def node_of(session_id: str) -> str | None:
+    """The node a session id was issued by (``None``: untagged, or not a gateway session id)."""
+    match = _NODE_SESSION_ID.fullmatch(session_id)
+    return match.group(1) if match else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +100,10 @@ R = TypeVar("R", bound=Resumable)
 class ResumeRegistry(Generic[R]):
     """Detached sessions waiting for their client, by session id."""
 
-    def __init__(self) -> None:
+    def __init__(self, node_id: str | None = None) -> None:
         self._parked: dict[str, R] = {}
+        #: This process's ``server.node_id``: a refused resume says which node holds the session.
+        self.node_id = node_id
 
     def park(self, session: R) -> None:
         self._parked[session.session_id] = session
@@ -93,10 +116,16 @@ class ResumeRegistry(Generic[R]):
         """Take the detached session the credentials name, or raise ``ProtocolError``."""
         session = self._parked.get(session_id)
         if session is None or not hmac.compare_digest(session.resume_token.encode(), token.encode()):
-            raise ProtocolError(
-                ErrorCode.INVALID_RESUME_TOKEN,
-                "no detached session matches this session_id and resume_token; open a new session",
-            )
+            message = "no detached session matches this session_id and resume_token; open a new session"
+            owner = node_of(session_id) if session is None else None
+            if owner is not None and owner != self.node_id:
+                # The load balancer sent the resume to the wrong process (docs/scaling.md).
+                message = (
+                    f"session {session_id} belongs to gateway node {owner!r}, not to this one "
+                    f"({self.node_id or 'unnamed'}): the load balancer must route a resume to the node "
+                    "named in its session_id; open a new session"
+                )
+            raise ProtocolError(ErrorCode.INVALID_RESUME_TOKEN, message)
         if not session.can_replay_after(last_seq):
             raise ProtocolError(
                 ErrorCode.RESUME_GAP,

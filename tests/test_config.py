@@ -36,6 +36,7 @@ def test_precedence_cli_over_env_over_file(tmp_path: Path, monkeypatch: pytest.M
         ("session:\n  input_format: mp3\n", "session.input_format"),
         ("session:\n  input_rate: 96000\n", "session.input_rate"),
         ("engin:\n  name: echo\n", "engin"),
+        ("server:\n  node_id: gw_1\n", "server.node_id"),
     ],
 )
 def test_errors_name_the_bad_key(tmp_path: Path, text: str, key: str) -> None:
@@ -73,3 +74,13 @@ def test_session_defaults_follow_config() -> None:
     config = session_defaults(load_settings(None, **{"session.turn_detection": "none", "session.input_rate": 16000}))
     assert config.turn_detection is None
     assert config.input_format.rate == 16000
+
+
+def test_node_id_comes_from_file_env_or_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings(None).server.node_id is None
+    path = tmp_path / "c.yaml"
+    path.write_text("server:\n  node_id: gw1\n")
+    assert load_settings(path).server.node_id == "gw1"
+    monkeypatch.setenv("DUPLEX_GATEWAY_SERVER__NODE_ID", "gw-2")
+    assert load_settings(path).server.node_id == "gw-2"
+    assert load_settings(path, **{"server.node_id": "gw3"}).server.node_id == "gw3"

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import pytest
 
 from duplex_gateway.errors import ErrorCode, ProtocolError
-from duplex_gateway.resume import Journal, ResumeRegistry, new_resume_token
+from duplex_gateway.resume import Journal, ResumeRegistry, new_resume_token, new_session_id, node_of
 
 
 def test_journal_replays_after_a_sequence_number() -> None:
@@ -64,3 +64,24 @@ def test_registry_refuses_a_gap() -> None:
 
 def test_tokens_are_unique() -> None:
     assert len({new_resume_token() for _ in range(100)}) == 100
+
+
+def test_session_ids_name_their_node() -> None:
+    plain, tagged = new_session_id(), new_session_id("gw-1")
+    assert plain.startswith("sess_") and node_of(plain) is None
+    assert tagged.startswith("sess_gw-1_") and node_of(tagged) == "gw-1"
+    assert len({new_session_id("gw-1") for _ in range(100)}) == 100
+    assert node_of("sess_gw1_nothex") is None and node_of("other") is None
+
+
+def test_a_resume_for_another_node_says_where_it_belongs() -> None:
+    registry: ResumeRegistry[Parked] = ResumeRegistry("gw1")
+    with pytest.raises(ProtocolError) as elsewhere:
+        registry.claim(new_session_id("gw2"), "tok", 0)
+    assert elsewhere.value.code is ErrorCode.INVALID_RESUME_TOKEN
+    assert "'gw2'" in elsewhere.value.message and "gw1" in elsewhere.value.message
+    # Its own node's ids, and untagged ids, get the plain refusal.
+    for session_id in (new_session_id("gw1"), new_session_id()):
+        with pytest.raises(ProtocolError) as plain:
+            registry.claim(session_id, "tok", 0)
+        assert "node" not in plain.value.message

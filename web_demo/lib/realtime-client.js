@@ -111,7 +111,12 @@ export class RealtimeClient {
     if (url.protocol === 'https:') url.protocol = 'wss:';
     // Asks the gateway to wait for our first message instead of opening a new
     // session at once; a gateway that ignores it still gets session.resume first.
-    if (resume) url.searchParams.set('resume', '1');
+    // The session id rides in the URL too: a load balancer in front of several
+    // gateways routes the resume to the process holding the session (docs/scaling.md).
+    if (resume) {
+      url.searchParams.set('resume', '1');
+      url.searchParams.set('session_id', this.sessionId);
+    }
     return url.toString();
   }
 
