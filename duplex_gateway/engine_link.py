@@ -32,9 +32,12 @@ from duplex_gateway.session import (
     UpdateEngine,
 )
 
-__all__ = ["EngineLink"]
+__all__ = ["MAX_MERGED_AUDIO_BYTES", "EngineLink"]
 
 logger = logging.getLogger(__name__)
+
+#: Caller audio handed to the engine in one call at most, when several appends are waiting.
+MAX_MERGED_AUDIO_BYTES = 64 * 1024
 
 
 class EngineLink:
@@ -98,6 +101,10 @@ class EngineLink:
                 await self._wake.wait()
                 continue
             call = calls.popleft()
+            if isinstance(call, AppendAudio) and calls and isinstance(calls[0], AppendAudio):
+                # The engine fell behind: what waits goes in as one append, in order, so a
+                # busy engine pays its per-call cost once per batch instead of once per frame.
+                call = _merge(call, calls)
             try:
                 async with asyncio.timeout(self._timeout_s):
                     await self._make(call)
@@ -139,3 +146,15 @@ class EngineLink:
         if isinstance(call, UpdateEngine):
             return session.update(call.config)
         raise TypeError(f"not an engine call: {call!r}")
+
+
+def _merge(first: AppendAudio, calls: deque[EngineCall]) -> AppendAudio:
+    """``first`` and the appends right behind it in ``calls`` (taken out), as one append."""
+    parts = [first.pcm]
+    size = len(first.pcm)
+    while calls and isinstance(calls[0], AppendAudio) and size + len(calls[0].pcm) <= MAX_MERGED_AUDIO_BYTES:
+        nxt = calls.popleft()
+        assert isinstance(nxt, AppendAudio)
+        parts.append(nxt.pcm)
+        size += len(nxt.pcm)
+    return AppendAudio(pcm=b"".join(parts))
