@@ -303,13 +303,11 @@ class VllmOmniSession(port.EngineSession):
 
     async def cancel_response(self, response_id: str) -> None:
         engine_id = self._engine_id(response_id)
-        if engine_id is None:
-            if response_id in self._pending_ids:
-                # Not created yet. A cancel naming no reply would stop whichever reply vLLM-Omni
-                # creates next (the caller's next turn's, if it comes first); instead the reply
-                # keeps its place in line and is cancelled by its own id once announced.
-                self._cancelled_pending.add(response_id)
-            return
+        if engine_id is None and response_id in self._pending_ids:
+            # Not announced yet. vLLM-Omni takes commands in order, so a cancel naming no reply
+            # stops the reply it is preparing now, before the caller's next turn. The reply keeps
+            # its place in line: announced later, it must not be taken for the next turn's.
+            self._cancelled_pending.add(response_id)
         await self._handle.cancel_response(engine_id)
 
     async def barge_in(self) -> None:
