@@ -58,11 +58,18 @@ class InputAudioAppend(Command):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InputAudioCommit(Command):
-    """End the caller's turn. ``create_response`` (vLLM-Omni's ``response_create``) asks for a
-    reply right away; ``None`` leaves it to the turn-detection settings."""
+    """End the caller's turn, with vLLM-Omni's commit keys.
+
+    ``create_response`` (``response_create``) asks for a reply right away, or for none;
+    ``None`` leaves it to the session (``auto_response``, turn detection). ``final: false``
+    marks a segment of a turn that goes on, and ``is_speech: false`` input the client
+    knows to be silence: neither is answered unless the client asks.
+    """
 
     type: ClassVar[str] = "input_audio_buffer.commit"
     create_response: bool | None = None
+    final: bool = True
+    is_speech: bool | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

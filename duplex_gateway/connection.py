@@ -52,6 +52,7 @@ from duplex_gateway.engine_link import EngineLink
 from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError
 from duplex_gateway.resume import Journal, ResumeRegistry, new_resume_token
 from duplex_gateway.session import (
+    AcknowledgeEvents,
     AppendAudio,
     CallerPaused,
     CloseSession,
@@ -105,6 +106,7 @@ class _Outcome(enum.Enum):
     CLOSED = "closed"  # the session is over
     DROPPED = "dropped"  # the client vanished; the session may be resumed
     HANDED_OVER = "handed_over"  # the socket now serves a resumed session
+    REPLACED = "replaced"  # a resume took the session over from this socket
 
 
 class Connection:
@@ -148,6 +150,10 @@ class Connection:
         self._closing: Close | None = None
         self._ended = asyncio.Event()
         self._resumed = asyncio.Event()
+        #: Sockets that have served this session, the current one included.
+        self._generation = 0
+        #: Readers of sockets a resume took the session from, with their attachments.
+        self._superseded: dict[asyncio.Task[object], Attachment] = {}
         self._seq = 0
         self._deadline = 0.0
         self._input: InputStage | None = None
@@ -174,6 +180,7 @@ class Connection:
     async def serve(self) -> None:
         """Serve the first socket; returns when it is done (the session may live on, detached)."""
         self._attachment = self._attach(self._first_socket)
+        self._generation = 1
         self._deadline = asyncio.get_running_loop().time() + self._limits.max_session_s
         # The Realtime handshake opens the engine at once, so it is admitted now. The duplex
         # handshake is admitted when its session.update opens the engine: its first message
@@ -195,16 +202,35 @@ class Connection:
         await self._after(outcome)
 
     async def resume(self, socket: Socket, last_seq: int) -> None:
-        """Attach ``socket`` to this detached session, replay what it missed, and serve it."""
+        """Attach ``socket`` to this session, replay what it missed, and serve it.
+
+        The session may still be attached: its client lost a connection this gateway has
+        not noticed yet. That socket is told ``session.replaced`` and let go.
+        """
+        replaced, reader = self._attachment, self._reader
+        if replaced is not None:
+            replaced.send(self._dialect.render_unsequenced(
+                ev.SessionReplaced(session_id=self.session_id, attachment_generation=self._generation)
+            ))
+            replaced.close_after(Close(CloseCode.NORMAL, "session_replaced"))
+            if reader is not None:
+                # It may wait on a socket that will never say another word.
+                self._superseded[reader] = replaced
+                reader.cancel()
+            logger.info("session %s taken over by a new connection", self.session_id)
         self._resumed.set()
+        self._generation += 1
         self.resume_token = new_resume_token()
         self.session.resume_token = self.resume_token
         attachment = self._attachment = self._attach(socket)
+        if self._resumes is not None:
+            self._resumes.attach(self)
         outcome = _Outcome.CLOSED
         try:
-            # session.resumed marks where the replay starts: it carries the client's last
-            # sequence number and does not take one, so the client's numbering stays gap-free.
-            attachment.send(self._dialect.render_resumed(self.session.resumed(), last_seq=last_seq))
+            # session.resumed carries no sequence number, as vLLM-Omni sends it: DuplexClient
+            # drops an event numbered at or below its last seen one as a replayed duplicate,
+            # and with it the new resume_token, so its next resume would fail.
+            attachment.send(self._dialect.render_unsequenced(self.session.resumed(self._generation)))
             for frame in self._journal.after(last_seq):
                 attachment.send(frame)
             logger.info("session %s resumed after event %d", self.session_id, last_seq)
@@ -215,6 +241,13 @@ class Connection:
         await self._after(outcome)
 
     async def _after(self, outcome: _Outcome) -> None:
+        if outcome is _Outcome.REPLACED:
+            # The session is another socket's now; this one only says goodbye.
+            task = asyncio.current_task()
+            replaced = self._superseded.pop(task) if task is not None else None
+            if replaced is not None:
+                await replaced.finish(Close(CloseCode.NORMAL, "session_replaced"), self._limits.send_timeout_s)
+            return
         if outcome is _Outcome.HANDED_OVER:
             # Nothing was opened for this connection; the socket now belongs to another session.
             await self._stop_attachment()
@@ -222,6 +255,8 @@ class Connection:
             return
         if outcome is _Outcome.DROPPED and self._resumable():
             await self._stop_attachment()
+            if self._attachment is not None:
+                return  # the client came back while the old socket was being let go
             assert self._resumes is not None
             self._resumed.clear()
             self._resumes.park(self)
@@ -284,13 +319,18 @@ class Connection:
         try:
             return await self._read_messages()
         except asyncio.CancelledError:
+            if reader is not None and reader in self._superseded and reader.cancelling() == 1:
+                # Stopped by a resume that took the session over: the session goes on.
+                reader.uncancel()
+                return _Outcome.REPLACED
             # Stopped by _client_stalled, not by anyone above: the session is over.
             if reader is not None and self._stop_reading and reader.cancelling() == 1:
                 reader.uncancel()
                 return _Outcome.CLOSED
             raise
         finally:
-            self._reader = None
+            if self._reader is reader:
+                self._reader = None
 
     async def _read_messages(self) -> _Outcome:
         attachment = self._attachment
@@ -369,7 +409,15 @@ class Connection:
                 command.session_id, command.resume_token, command.last_received_server_event_seq
             )
         except ProtocolError as exc:
-            self._send_error(exc.with_event_id(command.event_id))
+            attachment = self._attachment
+            if exc.code is ErrorCode.RESUME_GAP and attachment is not None:
+                # vLLM-Omni's answer: the client must start over (its DuplexClient gives up
+                # at once instead of retrying a resume that cannot succeed).
+                attachment.send(self._dialect.render_unsequenced(
+                    ev.SessionResyncRequired(session_id=command.session_id, reason="journal_gap")
+                ))
+            else:
+                self._send_error(exc.with_event_id(command.event_id))
             return False
         attachment = self._attachment
         assert attachment is not None
@@ -394,6 +442,9 @@ class Connection:
         )
 
     def _client_stalled(self) -> None:
+        attachment = self._attachment
+        if attachment is None or not attachment.stalled:
+            return  # a socket the session was taken from: nobody reads it, and nobody needs to
         # The client stopped reading: nothing more can reach it, so close at once.
         logger.warning("session %s closed: the client did not read its events", self.session_id)
         self._closing = Close(CloseCode.SLOW_CONSUMER, "slow consumer")
@@ -428,11 +479,12 @@ class Connection:
         if self._closing is not None:
             return
         self._closing = Close(code, reason)
+        if self._resumes is not None:
+            # A session on its way out is not taken over, attached or not.
+            self._resumes.unpark(self)
         attachment = self._attachment
         if attachment is None:
             # Detached: the session ended on its own (engine, shutdown); stop waiting for a resume.
-            if self._resumes is not None:
-                self._resumes.unpark(self)
             if not self._ended.is_set():
                 asyncio.get_running_loop().create_task(self._release(), name=f"release:{self.session_id}")
             return
@@ -443,6 +495,8 @@ class Connection:
         if self._ended.is_set():
             return
         self._ended.set()
+        if self._resumes is not None:
+            self._resumes.unpark(self)
         if self._timer is not None:
             self._timer.cancel()
         link, self._link = self._link, None
@@ -481,6 +535,9 @@ class Connection:
             name=self.session_id,
         )
         self._pump = asyncio.create_task(self._pump_engine(engine_session), name=f"pump:{self.session_id}")
+        if self._resumes is not None:
+            # Resumable from now on, even before this socket is seen to drop.
+            self._resumes.attach(self)
         return True
 
     def _engine_call_failed(self, call: EngineCall, exc: BaseException) -> None:
@@ -511,6 +568,8 @@ class Connection:
                 self._pending_open = output.config
             elif isinstance(output, CloseSession):
                 self._close_socket(output.code, output.reason)
+            elif isinstance(output, AcknowledgeEvents):
+                self._acknowledge(output.server_event_seq)
             else:
                 self._call_engine(output)
         self._schedule_timer()
@@ -578,6 +637,14 @@ class Connection:
         attachment = self._attachment
         if attachment is not None:  # detached: the journal holds it for a resume
             attachment.send(frame)
+
+    def _acknowledge(self, seq: int) -> None:
+        if self._resumes is None:
+            return  # nothing is kept for a resume, so there is nothing to trim
+        try:
+            self._journal.acknowledge(seq)
+        except ProtocolError as exc:
+            self._send_error(exc)
 
     def _send_error(self, exc: ProtocolError) -> None:
         self._emit(ev.ErrorEvent(code=exc.code, message=exc.message, event_id=exc.event_id, param=exc.param))

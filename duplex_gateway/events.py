@@ -42,7 +42,9 @@ __all__ = [
     "ServerEvent",
     "SessionClosed",
     "SessionCreated",
+    "SessionReplaced",
     "SessionResumed",
+    "SessionResyncRequired",
     "SessionUpdated",
     "SpeechStarted",
     "SpeechStopped",
@@ -85,6 +87,26 @@ class SessionResumed(SessionCreated):
     """A new connection took over a detached session; events after its last seen one follow."""
 
     type: ClassVar[str] = "session.resumed"
+    #: How many sockets have served the session, this one included (vLLM-Omni's counter).
+    attachment_generation: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionReplaced(ServerEvent):
+    """Sent to a socket whose session a newer connection resumed: it serves nothing any more."""
+
+    type: ClassVar[str] = "session.replaced"
+    session_id: str
+    attachment_generation: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionResyncRequired(ServerEvent):
+    """A resume asked for events the journal no longer holds: the client must start over."""
+
+    type: ClassVar[str] = "session.resync_required"
+    session_id: str
+    reason: str = "journal_gap"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

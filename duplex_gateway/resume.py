@@ -4,8 +4,13 @@ A session whose client vanished without ``session.close`` is *detached*, not
 ended: its engine session keeps running for ``limits.resume_grace_s``, and the
 events it produces are kept in a bounded :class:`Journal`. A new connection
 whose first message is ``session.resume {session_id, resume_token,
-last_received_server_event_seq}`` re-attaches and is sent every event after
-that sequence number. Tokens are single-use: each attach issues a new one.
+last_received_server_event_seq}`` re-attaches and is sent ``session.resumed``
+(outside the numbered stream, with a new token) and then every event after that
+sequence number. Tokens are single-use: each attach issues a new one. This is
+vLLM-Omni's contract, so its ``DuplexClient`` resumes by itself, as often as its
+connection drops: a session still attached to a socket the gateway thinks alive
+is taken over (that socket gets ``session.replaced``), and a resume after events
+no longer held gets ``session.resync_required``.
 
 A detached session lives in one process's memory. Several gateways behind one
 load balancer each get a ``server.node_id``; their session ids name it
@@ -56,7 +61,11 @@ class _Entry:
 
 
 class Journal:
-    """The most recent server events of a session, by sequence number, bounded in count and bytes."""
+    """The most recent server events of a session, by sequence number, bounded in count and bytes.
+
+    The client's ``session.event_ack`` trims it too, as vLLM-Omni's journal is trimmed:
+    what a client has acknowledged it will never ask for again.
+    """
 
     def __init__(self, *, max_events: int, max_bytes: int) -> None:
         self._entries: deque[_Entry] = deque()
@@ -65,14 +74,36 @@ class Journal:
         self._max_bytes = max_bytes
         #: The highest sequence number ever dropped from the front (0: nothing dropped yet).
         self._dropped_through = 0
+        self._head = 0
+
+    @property
+    def head(self) -> int:
+        """The sequence number of the newest event appended (0: none yet)."""
+        return self._head
 
     def append(self, seq: int, text: str | bytes) -> None:
+        self._head = seq
         self._entries.append(_Entry(seq, text))
         self._bytes += len(text)
         while self._entries and (len(self._entries) > self._max_events or self._bytes > self._max_bytes):
-            dropped = self._entries.popleft()
-            self._bytes -= len(dropped.text)
-            self._dropped_through = dropped.seq
+            self._drop_first()
+
+    def acknowledge(self, seq: int) -> None:
+        """The client has every event up to ``seq``: they need not be kept for a resume."""
+        if seq > self._head:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE,
+                f"server_event_seq {seq} is newer than the last event sent ({self._head})",
+                param="server_event_seq",
+            )
+        while self._entries and self._entries[0].seq <= seq:
+            self._drop_first()
+        self._dropped_through = max(self._dropped_through, seq)
+
+    def _drop_first(self) -> None:
+        dropped = self._entries.popleft()
+        self._bytes -= len(dropped.text)
+        self._dropped_through = dropped.seq
 
     def can_replay_after(self, seq: int) -> bool:
         """Whether every event after ``seq`` is still held."""
@@ -84,7 +115,7 @@ class Journal:
 
 
 class Resumable(Protocol):
-    """What the registry needs from a detached session (the connection provides it)."""
+    """What the registry needs from a resumable session (the connection provides it)."""
 
     resume_token: str
 
@@ -98,23 +129,41 @@ R = TypeVar("R", bound=Resumable)
 
 
 class ResumeRegistry(Generic[R]):
-    """Detached sessions waiting for their client, by session id."""
+    """Resumable sessions by session id: detached ones waiting for their client, and attached ones.
+
+    An attached session can be claimed too: its client may have lost a connection the
+    gateway has not noticed yet (no FIN, no RST reached it), and vLLM-Omni's contract lets
+    the resume take the session over from that socket.
+    """
 
     def __init__(self, node_id: str | None = None) -> None:
         self._parked: dict[str, R] = {}
+        self._attached: dict[str, R] = {}
         #: This process's ``server.node_id``: a refused resume says which node holds the session.
         self.node_id = node_id
 
+    def attach(self, session: R) -> None:
+        """``session`` is served by a socket, and resumable from another."""
+        self._parked.pop(session.session_id, None)
+        self._attached[session.session_id] = session
+
     def park(self, session: R) -> None:
+        self._attached.pop(session.session_id, None)
         self._parked[session.session_id] = session
 
     def unpark(self, session: R) -> None:
-        if self._parked.get(session.session_id) is session:
-            del self._parked[session.session_id]
+        """``session`` can no longer be resumed (it ended)."""
+        for held in (self._parked, self._attached):
+            if held.get(session.session_id) is session:
+                del held[session.session_id]
 
     def claim(self, session_id: str, token: str, last_seq: int) -> R:
-        """Take the detached session the credentials name, or raise ``ProtocolError``."""
-        session = self._parked.get(session_id)
+        """Take the session the credentials name, attached or not, or raise ``ProtocolError``.
+
+        ``resume_gap``: the token is right but the journal no longer covers the gap; the
+        session stays where it was.
+        """
+        session = self._parked.get(session_id) or self._attached.get(session_id)
         if session is None or not hmac.compare_digest(session.resume_token.encode(), token.encode()):
             message = "no detached session matches this session_id and resume_token; open a new session"
             owner = node_of(session_id) if session is None else None
@@ -132,7 +181,8 @@ class ResumeRegistry(Generic[R]):
                 f"events after {last_seq} are no longer held; open a new session",
                 param="last_received_server_event_seq",
             )
-        del self._parked[session_id]
+        self._parked.pop(session_id, None)
+        self._attached.pop(session_id, None)
         return session
 
     def parked(self) -> list[R]:

@@ -29,6 +29,7 @@ from duplex_gateway.vad import SpeechPause, SpeechStart, SpeechStop, TurnDetecto
 
 __all__ = [
     "AckPlayback",
+    "AcknowledgeEvents",
     "AddItem",
     "AppendAudio",
     "BargeInEngine",
@@ -84,6 +85,13 @@ class ProcessInput(EngineCall):
     """Decode, resample and VAD-scan caller audio, then call :meth:`Session.input_processed`."""
 
     audio: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcknowledgeEvents(EngineCall):
+    """The client has every server event up to ``server_event_seq``: trim the resume journal."""
+
+    server_event_seq: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -303,13 +311,14 @@ class Session:
             resume_token=self.resume_token,
         )
 
-    def resumed(self) -> ev.SessionResumed:
-        """The event that greets a client re-attaching to this session."""
+    def resumed(self, attachment_generation: int) -> ev.SessionResumed:
+        """The event that greets a client re-attaching to this session (socket number ``attachment_generation``)."""
         return ev.SessionResumed(
             session_id=self.session_id,
             config=self.config,
             capabilities=self.capabilities.as_pairs(),
             resume_token=self.resume_token,
+            attachment_generation=attachment_generation,
         )
 
     @property
@@ -357,7 +366,9 @@ class Session:
         if isinstance(command, cmd.SessionHeartbeat):
             return [ev.HeartbeatAck(session_id=self.session_id)]
         if isinstance(command, cmd.SessionEventAck):
-            return []  # the resume journal is bounded by itself; acks need not trim it
+            # Answered by nothing (DuplexClient acks every event, so an answer would loop);
+            # what was acknowledged is never replayed, as vLLM-Omni trims its journal.
+            return [AcknowledgeEvents(server_event_seq=command.server_event_seq)]
         if isinstance(command, cmd.SessionResume):
             raise ProtocolError(
                 ErrorCode.INVALID_EVENT,
@@ -412,17 +423,26 @@ class Session:
         if command.create_response and self.transcribing_only:
             raise self._never_replies(param="response_create")
         if self._buffered_ms <= 0.0:
+            if command.is_speech is False:
+                return []  # vLLM-Omni takes a commit of nothing but declared silence without a word
             raise ProtocolError(ErrorCode.INPUT_AUDIO_BUFFER_EMPTY, "the input audio buffer is empty")
-        if command.create_response is None:
-            create = self.gateway_vad and self._turn_detection_creates_response()
-        elif command.create_response and self.response_active:
+        if command.create_response and self.response_active:
             raise ProtocolError(
                 ErrorCode.RESPONSE_ALREADY_ACTIVE,
                 f"response {self._active_id()} is still in progress; cancel it first",
                 param="response_create",
             )
+        if command.create_response:
+            create = True
+        elif self.config.auto_response and command.final:
+            # vLLM-Omni's server answers every final commit of an auto_response session, even
+            # one that says response_create: false. A turn that ends while a reply is in
+            # progress asks for no second one.
+            create = not self.response_active and not self.transcribing_only
+        elif command.create_response is None:
+            create = self.gateway_vad and self._turn_detection_creates_response()
         else:
-            create = command.create_response
+            create = False
         return self._commit_turn(create_response=create)
 
     def _on_clear(self, command: cmd.InputAudioClear, now: float) -> list[Output]:

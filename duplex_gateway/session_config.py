@@ -118,6 +118,9 @@ class SessionConfig:
     turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
     input_transcription: InputTranscription | None = None
     speed: float = 1.0
+    #: vLLM-Omni's ``extra_body.auto_response``: a commit that names no ``response_create``
+    #: is answered, as vLLM-Omni's server answers it (its ``DuplexClient`` turns it on).
+    auto_response: bool = False
 
     def apply(self, patch: SessionPatch) -> SessionConfig:
         """This configuration with the fields ``patch`` names replaced."""
@@ -145,3 +148,4 @@ class SessionPatch:
     turn_detection: TurnDetection | None | _Unset = UNSET
     input_transcription: InputTranscription | None | _Unset = UNSET
     speed: float | _Unset = UNSET
+    auto_response: bool | _Unset = UNSET

@@ -21,7 +21,10 @@ __all__ = ["EXTENSION_EVENTS", "validate_server_event"]
 #: to its own ``session.heartbeat`` / ``playback.ack`` / ``session.resume``, and
 #: ``session.closed`` for the duplex handshake.
 EXTENSION_EVENTS = frozenset(
-    {"playback.acknowledged", "session.heartbeat_ack", "session.closed", "session.resumed"}
+    {
+        "playback.acknowledged", "session.heartbeat_ack", "session.closed", "session.resumed",
+        "session.replaced", "session.resync_required",
+    }
 )
 
 

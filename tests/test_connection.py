@@ -364,6 +364,108 @@ async def test_a_resume_takes_over_the_parked_sessions_slot(harness: Harness) ->
     assert registry.count == 0 and engine.active_sessions == 0
 
 
+def resume_event(created: Event, token: str, last_seq: int) -> Event:
+    return {
+        "type": "session.resume", "session_id": created["session_id"], "resume_token": token,
+        "last_received_server_event_seq": last_seq,
+    }
+
+
+async def test_a_session_whose_socket_looks_alive_is_taken_over(harness: Harness) -> None:
+    """The client lost a connection the gateway never saw drop: its resume takes the session over."""
+    registry, resumes = SessionRegistry(2), ResumeRegistry[Connection]()
+    engine = await echo()
+    first = FakeSocket()
+    harness.connect(first, engine, registry=registry, resumes=resumes, session_id="sess_a")
+    created = first.events[await first.wait_for("session.created")]
+    first.push({"type": "session.heartbeat"})
+    last_seq = first.events[await first.wait_for("session.heartbeat_ack")]["server_event_seq"]
+    second = FakeSocket()
+    harness.connect(second, engine, registry=registry, resumes=resumes, session_id="sess_b", handshake=Handshake.DUPLEX)
+    second.push(resume_event(created, created["resume_token"], last_seq))
+    resumed = second.events[await second.wait_for("session.resumed")]
+    # The old socket is told, and closed; it is never read again.
+    replaced = first.events[await first.wait_for("session.replaced")]
+    assert {k: v for k, v in replaced.items() if k != "event_id"} == {
+        "type": "session.replaced", "session_id": "sess_a", "attachment_generation": 1,
+    }
+    assert await first.wait_closed() == 1000
+    first.push({"type": "session.heartbeat"})
+    assert resumed["attachment_generation"] == 2 and "server_event_seq" not in resumed
+    assert resumed["resume_token"] != created["resume_token"]
+    # The session goes on over the new socket, numbered on from where it was.
+    second.push({"type": "session.heartbeat"})
+    ack = second.events[await second.wait_for("session.heartbeat_ack")]
+    assert ack["server_event_seq"] == last_seq + 1
+    assert first.reads == 1 + 0 and first.types().count("session.heartbeat_ack") == 1
+    assert registry.count == 1 and engine.active_sessions == 1 and second.errors() == []
+    second.push({"type": "session.close"})
+    assert await second.wait_closed() == 1000
+    await asyncio.gather(*harness.tasks)
+    assert registry.count == 0 and engine.active_sessions == 0
+
+
+async def test_a_session_resumes_again_and_again_with_each_new_token(harness: Harness) -> None:
+    resumes = ResumeRegistry[Connection]()
+    engine = await echo()
+    first = FakeSocket()
+    harness.connect(first, engine, resumes=resumes, session_id="sess_a")
+    created = first.events[await first.wait_for("session.created")]
+    token, last_seq, sockets = created["resume_token"], created["server_event_seq"], [first]
+    for n in range(3):
+        sockets[-1].drop(1006)
+        nxt = FakeSocket()
+        harness.connect(nxt, engine, resumes=resumes, session_id=f"sess_{n}", handshake=Handshake.DUPLEX)
+        nxt.push(resume_event(created, token, last_seq))
+        resumed = nxt.events[await nxt.wait_for("session.resumed")]
+        assert nxt.errors() == [] and resumed["attachment_generation"] == n + 2
+        assert resumed["resume_token"] != token
+        token = resumed["resume_token"]
+        nxt.push({"type": "session.heartbeat"})
+        last_seq = nxt.events[await nxt.wait_for("session.heartbeat_ack")]["server_event_seq"]
+        sockets.append(nxt)
+    # A spent token is refused.
+    sockets[-1].drop(1006)
+    late = FakeSocket()
+    harness.connect(late, engine, resumes=resumes, session_id="sess_late", handshake=Handshake.DUPLEX)
+    late.push(resume_event(created, created["resume_token"], last_seq))
+    await late.wait_for("error")
+    assert late.errors() == ["invalid_resume_token"]
+
+
+async def test_acknowledged_events_are_not_kept_and_a_gap_is_resync_required(harness: Harness) -> None:
+    resumes = ResumeRegistry[Connection]()
+    engine = await echo()
+    first = FakeSocket()
+    harness.connect(first, engine, resumes=resumes, session_id="sess_a")
+    created = first.events[await first.wait_for("session.created")]
+    for _ in range(3):
+        first.push({"type": "session.heartbeat"})
+    index = 0
+    for _ in range(3):
+        index = await first.wait_for("session.heartbeat_ack", index + 1)
+    head = first.events[index]["server_event_seq"]
+    first.push({"type": "session.event_ack", "server_event_seq": head - 1})
+    first.push({"type": "session.event_ack", "server_event_seq": head + 5})  # never sent
+    await first.wait_for("error")
+    assert first.errors() == ["invalid_value"]
+    first.drop(1006)
+    second = FakeSocket()
+    harness.connect(second, engine, resumes=resumes, session_id="sess_b", handshake=Handshake.DUPLEX)
+    # Asking for acknowledged events again: the journal no longer covers the gap.
+    second.push(resume_event(created, created["resume_token"], head - 2))
+    resync = second.events[await second.wait_for("session.resync_required")]
+    assert resync["session_id"] == "sess_a" and resync["reason"] == "journal_gap"
+    assert "server_event_seq" not in resync and second.errors() == []
+    # What was not acknowledged is still there for a resume.
+    third = FakeSocket()
+    harness.connect(third, engine, resumes=resumes, session_id="sess_c", handshake=Handshake.DUPLEX)
+    third.push(resume_event(created, created["resume_token"], head - 1))
+    start = await third.wait_for("session.resumed")
+    replayed = [e["server_event_seq"] for e in third.events[start + 1 :]]
+    assert replayed[:2] == [head, head + 1] and third.events[start + 2]["type"] == "error"
+
+
 # ---------------------------------------------------------------------------------------
 # every way a session ends releases its slot and its engine session
 

@@ -39,6 +39,67 @@ class Parked:
         return seq >= self.oldest
 
 
+def test_event_ack_trims_the_journal() -> None:
+    journal = Journal(max_events=10, max_bytes=1000)
+    for seq in range(1, 6):
+        journal.append(seq, f"e{seq}")
+    journal.acknowledge(3)
+    # Acknowledged events are gone (a resume from them is a gap), the rest are kept.
+    assert journal.after(0) == ["e4", "e5"]
+    assert journal.can_replay_after(3) and not journal.can_replay_after(2)
+    journal.acknowledge(5)
+    assert journal.after(0) == [] and journal.can_replay_after(5)
+    # An ack may repeat or lag behind; it never brings anything back.
+    journal.acknowledge(1)
+    assert journal.can_replay_after(5) and not journal.can_replay_after(4)
+
+
+def test_an_ack_of_an_event_never_sent_is_refused() -> None:
+    journal = Journal(max_events=10, max_bytes=1000)
+    journal.append(1, "e1")
+    with pytest.raises(ProtocolError) as ahead:
+        journal.acknowledge(2)
+    assert ahead.value.code is ErrorCode.INVALID_VALUE and ahead.value.param == "server_event_seq"
+    assert journal.after(0) == ["e1"]
+
+
+def test_an_attached_session_can_be_claimed_for_a_takeover() -> None:
+    # Its client lost a connection the gateway has not noticed: the resume must still succeed.
+    registry: ResumeRegistry[Parked] = ResumeRegistry()
+    session = Parked("s1", "tok")
+    registry.attach(session)
+    assert registry.parked() == []
+    with pytest.raises(ProtocolError):
+        registry.claim("s1", "forged", 0)
+    assert registry.claim("s1", "tok", 0) is session
+    with pytest.raises(ProtocolError):
+        registry.claim("s1", "tok", 0)  # one claim per attach: a second socket cannot race in
+
+
+def test_parking_and_reattaching_move_a_session_and_unpark_forgets_it() -> None:
+    registry: ResumeRegistry[Parked] = ResumeRegistry()
+    session = Parked("s1", "tok")
+    registry.attach(session)
+    registry.park(session)
+    assert registry.parked() == [session]
+    registry.attach(session)
+    assert registry.parked() == []
+    registry.unpark(session)  # the session ended
+    with pytest.raises(ProtocolError) as gone:
+        registry.claim("s1", "tok", 0)
+    assert gone.value.code is ErrorCode.INVALID_RESUME_TOKEN
+
+
+def test_a_gap_leaves_an_attached_session_where_it_was() -> None:
+    registry: ResumeRegistry[Parked] = ResumeRegistry()
+    session = Parked("s1", "tok", oldest=10)
+    registry.attach(session)
+    with pytest.raises(ProtocolError) as gap:
+        registry.claim("s1", "tok", 3)
+    assert gap.value.code is ErrorCode.RESUME_GAP
+    assert registry.claim("s1", "tok", 10) is session
+
+
 def test_registry_claims_once_with_the_right_token() -> None:
     registry: ResumeRegistry[Parked] = ResumeRegistry()
     session = Parked("s1", new_resume_token())

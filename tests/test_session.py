@@ -15,6 +15,7 @@ from duplex_gateway.audio.format import AudioFormat, Encoding
 from duplex_gateway.engine import port
 from duplex_gateway.errors import CloseCode, ErrorCode
 from duplex_gateway.session import (
+    AcknowledgeEvents,
     AckPlayback,
     AppendAudio,
     BargeInEngine,
@@ -106,9 +107,19 @@ def test_duplex_handshake_requires_session_update_first() -> None:
     assert s.receive(cmd.InputAudioAppend(audio=bytes(640)), now=0) == [ProcessInput(audio=bytes(640))]
 
 
-def test_event_ack_is_taken_silently() -> None:
+def test_event_ack_is_answered_by_nothing_and_trims_the_resume_journal() -> None:
     s = make(handshake=Handshake.DUPLEX)
-    assert s.receive(cmd.SessionEventAck(server_event_seq=3), now=0) == []
+    # No event back (DuplexClient acks every event: an answer would loop), but the journal
+    # no longer keeps what the client has acknowledged, as vLLM-Omni's does not.
+    assert s.receive(cmd.SessionEventAck(server_event_seq=3), now=0) == [AcknowledgeEvents(server_event_seq=3)]
+
+
+def test_resumed_event_names_the_new_token_and_the_socket_generation() -> None:
+    s = make(handshake=Handshake.DUPLEX)
+    s.resume_token = "tok2"
+    resumed = s.resumed(3)
+    assert resumed.type == "session.resumed" and resumed.resume_token == "tok2"
+    assert resumed.attachment_generation == 3 and resumed.session_id == "sess_1"
 
 
 def test_heartbeat_works_before_configuration() -> None:
@@ -153,6 +164,60 @@ def test_commit_may_ask_for_the_reply_itself() -> None:
     s.input_processed(pcm(200), 200.0)
     out = s.receive(cmd.InputAudioCommit(create_response=True, event_id="c2"), now=0)
     assert out[0].code is ErrorCode.RESPONSE_ALREADY_ACTIVE and out[0].event_id == "c2"  # type: ignore[union-attr]
+
+
+AUTO = SessionConfig(turn_detection=None, auto_response=True)
+
+
+def _commit(s: Session, **kw: object) -> CommitInput:
+    s.input_processed(pcm(200), 200.0)
+    out = s.receive(cmd.InputAudioCommit(**kw), now=0)  # type: ignore[arg-type]
+    assert isinstance(out[0], CommitInput), out
+    return out[0]
+
+
+def test_auto_response_answers_a_bare_commit_as_vllm_omni_does() -> None:
+    # vLLM-Omni's DuplexClient defaults: extra_body.auto_response and no turn detection.
+    s = make(AUTO)
+    commit = _commit(s)
+    assert commit.response_id is not None
+    # Without it, a bare commit with no turn detection asks for nothing (OpenAI's rule).
+    assert _commit(make(MANUAL)).response_id is None
+
+
+def test_auto_response_answers_even_a_commit_that_says_response_create_false() -> None:
+    # vLLM-Omni's runner: should_create_response = response_create or auto_responds.
+    assert _commit(make(AUTO), create_response=False).response_id is not None
+    assert _commit(make(MANUAL), create_response=False).response_id is None
+
+
+def test_auto_response_asks_no_second_reply_while_one_is_in_progress() -> None:
+    s = make(AUTO)
+    first = _commit(s)
+    assert first.response_id is not None
+    start_response(s, first.response_id)
+    out = s.receive(cmd.InputAudioCommit(), now=0)  # nothing buffered since: still an error
+    assert out[0].code is ErrorCode.INPUT_AUDIO_BUFFER_EMPTY  # type: ignore[union-attr]
+    second = _commit(s)
+    assert second.response_id is None and s.response_active
+
+
+def test_a_non_final_commit_is_not_auto_answered() -> None:
+    assert _commit(make(AUTO), final=False).response_id is None
+    # Unless the client asks for the reply itself.
+    assert _commit(make(AUTO), final=False, create_response=True).response_id is not None
+
+
+def test_a_commit_of_declared_silence_with_nothing_buffered_is_no_error() -> None:
+    s = make(AUTO)
+    assert s.receive(cmd.InputAudioCommit(is_speech=False), now=0) == []
+    # Declared silence with audio buffered is a turn like any other (vLLM-Omni answers it).
+    assert _commit(s, is_speech=False).response_id is not None
+
+
+def test_auto_response_never_answers_a_transcription_session() -> None:
+    s = make(replace(AUTO, kind=SessionKind.TRANSCRIPTION))
+    assert _commit(s).response_id is None
 
 
 def test_clear_drops_buffer() -> None:

@@ -32,6 +32,11 @@ class Dialect(Protocol):
         """``event`` as the frame the client gets, numbered ``seq``; None if the dialect has no form for it."""
         ...
 
-    def render_resumed(self, event: ServerEvent, *, last_seq: int) -> Frame:
-        """The event that starts a resume's replay; it repeats the client's ``last_seq`` instead of taking one."""
+    def render_unsequenced(self, event: ServerEvent) -> Frame:
+        """``event`` outside the numbered stream (a resume's greeting, a takeover's farewell).
+
+        It carries no sequence number, as in vLLM-Omni's resume contract: a client drops
+        any event numbered at or below the last one it saw as a replayed duplicate, so a
+        greeting that repeated that number would be lost with the new token it brings.
+        """
         ...

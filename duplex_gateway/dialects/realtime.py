@@ -17,6 +17,7 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from duplex_gateway.commands import (
@@ -40,7 +41,6 @@ from duplex_gateway.commands import (
     SessionUpdate,
 )
 from duplex_gateway.dialects.realtime_session import (
-    as_bool,
     as_int,
     as_ms,
     as_object,
@@ -85,7 +85,9 @@ from duplex_gateway.events import (
     ServerEvent,
     SessionClosed,
     SessionCreated,
+    SessionReplaced,
     SessionResumed,
+    SessionResyncRequired,
     SessionUpdated,
     SpeechStarted,
     SpeechStopped,
@@ -272,11 +274,25 @@ def _session_close(data: Mapping[str, object], event_id: str | None) -> Command:
 
 
 def _commit(data: Mapping[str, object], event_id: str | None) -> Command:
-    # vLLM-Omni's DuplexClient may ask for the reply on the commit itself.
-    value = get_field(data, "response_create", "", required=False)
-    if is_missing(value) or value is None:
-        return InputAudioCommit(event_id=event_id)
-    return InputAudioCommit(event_id=event_id, create_response=as_bool(value, "response_create"))
+    # vLLM-Omni's keys, read as its server reads them: response_create wins over
+    # create_response, and a value that is not a boolean counts as not given.
+    create = data.get("response_create", data.get("create_response"))
+    final, is_speech = data.get("final", True), data.get("is_speech")
+    return InputAudioCommit(
+        event_id=event_id,
+        create_response=create if isinstance(create, bool) else None,
+        final=final if isinstance(final, bool) else True,
+        is_speech=is_speech if isinstance(is_speech, bool) else None,
+    )
+
+
+def _input_commit(data: Mapping[str, object], event_id: str | None) -> Command:
+    # vLLM-Omni's input.commit is a commit that asks for a reply unless it says otherwise.
+    command = _commit(data, event_id)
+    assert isinstance(command, InputAudioCommit)
+    if command.create_response is None:
+        return replace(command, create_response=True)
+    return command
 
 
 def _event_ack(data: Mapping[str, object], event_id: str | None) -> Command:
@@ -305,6 +321,7 @@ _PARSERS: dict[str, _Parser] = {
     "session.update": _session_update,
     "input_audio_buffer.append": _append,
     "input_audio_buffer.commit": _commit,
+    "input.commit": _input_commit,
     "input_audio_buffer.clear": _bare(InputAudioClear),
     "response.create": _response_create,
     "response.cancel": _response_cancel,
@@ -345,11 +362,12 @@ _DUPLEX_ONLY = frozenset({"session.closed"})
 
 
 def render_server_event(
-    event: ServerEvent, *, seq: int, event_id: str, beta: bool, session_id: str, duplex: bool = False
+    event: ServerEvent, *, seq: int | None, event_id: str, beta: bool, session_id: str, duplex: bool = False
 ) -> JsonObject | None:
     """The wire object for ``event``; ``None`` when the dialect has no form for it.
 
     ``duplex``: the client opened the session with vLLM-Omni's duplex handshake.
+    ``seq`` None: the event is outside the numbered stream, and carries no ``server_event_seq``.
     """
     if beta and event.type in _GA_ONLY:
         return None
@@ -363,7 +381,9 @@ def render_server_event(
     if renderer is None:
         raise TypeError(f"no realtime rendering for {type(event).__name__}")
     kind = _BETA_NAMES.get(event.type, event.type) if beta else event.type
-    wire: JsonObject = {"type": kind, "event_id": event_id, "server_event_seq": seq}
+    wire: JsonObject = {"type": kind, "event_id": event_id}
+    if seq is not None:
+        wire["server_event_seq"] = seq
     wire.update(renderer(event, beta, session_id))
     return wire
 
@@ -469,7 +489,13 @@ _Renderer = Callable[[Any, bool, str], JsonObject]
 
 _RENDERERS: dict[type[ServerEvent], _Renderer] = {
     SessionCreated: lambda e, beta, sid: _session_announcement(e, beta),
-    SessionResumed: lambda e, beta, sid: _session_announcement(e, beta),
+    SessionResumed: lambda e, beta, sid: {
+        **_session_announcement(e, beta), "attachment_generation": e.attachment_generation
+    },
+    SessionReplaced: lambda e, beta, sid: {
+        "session_id": e.session_id, "attachment_generation": e.attachment_generation
+    },
+    SessionResyncRequired: lambda e, beta, sid: {"session_id": e.session_id, "reason": e.reason},
     SessionUpdated: lambda e, beta, sid: {
         "session": session_payload(e.config, session_id=e.session_id, beta=beta)
     },
@@ -586,6 +612,7 @@ class RealtimeDialect:
         self.beta = beta
         self.duplex = duplex
         self._max_bytes = max_message_bytes
+        self._unsequenced = 0
 
     def parse(self, frame: str | bytes) -> tuple[Command, ...]:
         if not isinstance(frame, str):
@@ -598,9 +625,10 @@ class RealtimeDialect:
         )
         return None if payload is None else json.dumps(payload, separators=(",", ":"))
 
-    def render_resumed(self, event: ServerEvent, *, last_seq: int) -> str:
+    def render_unsequenced(self, event: ServerEvent) -> str:
+        self._unsequenced += 1
         payload = render_server_event(
-            event, seq=last_seq, event_id=f"event_resumed_{last_seq}", beta=self.beta,
+            event, seq=None, event_id=f"event_unsequenced_{self._unsequenced}", beta=self.beta,
             session_id=self.session_id, duplex=self.duplex,
         )
         assert payload is not None

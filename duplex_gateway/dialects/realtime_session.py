@@ -11,7 +11,8 @@ the same setting):
   ``turn_detection``, ``voice``, ``speed``, ``input_audio_transcription``;
 * vLLM-Omni ``DuplexClient``: the beta keys plus ``sample_rate_hz`` (the input rate),
   ``audio.input.sample_rate_hz`` / ``audio.output.sample_rate_hz``, ``model`` and
-  ``extra_body`` (ignored).
+  ``extra_body``, of which the gateway itself reads ``auto_response`` (vLLM-Omni
+  replaces the whole ``extra_body`` on an update, so one without it turns it off).
 
 Keys this gateway does not use (``tools``, ``tracing``, ``noise_reduction`` ...) are
 ignored. Everything here is pure: no I/O, no clock. The small typed field readers
@@ -396,6 +397,10 @@ def parse_session_patch(session: Mapping[str, object], path: str = "session") ->
         patch["input_transcription"] = _transcription(
             session["input_audio_transcription"], join(path, "input_audio_transcription")
         )
+    extra_body = session.get("extra_body")
+    if isinstance(extra_body, Mapping):
+        # vLLM-Omni's own test (``extra.get("auto_response") is True``): anything else is off.
+        patch["auto_response"] = extra_body.get("auto_response") is True
     return SessionPatch(**patch)
 
 

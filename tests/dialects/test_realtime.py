@@ -40,6 +40,7 @@ from duplex_gateway.commands import (
 from duplex_gateway.dialects import realtime, realtime_session
 from duplex_gateway.dialects.realtime import (
     CLIENT_EVENT_TYPES,
+    RealtimeDialect,
     parse_client_event,
     render_server_event,
 )
@@ -74,7 +75,9 @@ from duplex_gateway.events import (
     ServerEvent,
     SessionClosed,
     SessionCreated,
+    SessionReplaced,
     SessionResumed,
+    SessionResyncRequired,
     SessionUpdated,
     SpeechStarted,
     SpeechStopped,
@@ -212,7 +215,7 @@ def test_session_update_duplex_client_shape() -> None:
                     "sample_rate_hz": 16000,
                     "audio": {"input": {"sample_rate_hz": 16000}, "output": {"sample_rate_hz": 24000}},
                     "turn_detection": None,
-                    "extra_body": {"auto_response": True},
+                    "extra_body": {"auto_response": True, "force_listen_count": 0},
                 },
             }
         ),
@@ -225,13 +228,38 @@ def test_session_update_duplex_client_shape() -> None:
             input_format=fmt(PCM16, 16000),
             output_format=fmt(PCM16, 24000),
             turn_detection=None,
+            auto_response=True,
         )
     )
 
 
+@pytest.mark.parametrize(
+    ("extra_body", "auto_response"),
+    [
+        ({"auto_response": True}, True),
+        ({"auto_response": False}, False),
+        # vLLM-Omni's test is ``extra_body.get("auto_response") is True``, and an update
+        # replaces the whole extra_body: anything but true turns it off.
+        ({"auto_response": "yes"}, False),
+        ({"auto_response": 1}, False),
+        ({"force_listen_count": 2}, False),
+        ({}, False),
+    ],
+)
+def test_extra_body_auto_response_is_read_as_vllm_omni_reads_it(
+    extra_body: dict[str, object], auto_response: bool
+) -> None:
+    assert patch_of({"extra_body": extra_body}).auto_response is auto_response
+
+
+def test_no_extra_body_leaves_auto_response_as_it_was() -> None:
+    assert patch_of({"instructions": "hi"}).auto_response is UNSET
+    assert patch_of({"extra_body": None}).auto_response is UNSET
+
+
 def test_session_update_empty_and_unknown_keys_change_nothing() -> None:
     assert patch_of({}) == SessionPatch()
-    assert patch_of({"tools": [], "tracing": None, "extra_body": {"x": 1}, "whatever": [1]}) == SessionPatch()
+    assert patch_of({"tools": [], "tracing": None, "whatever": [1]}) == SessionPatch()
     patch = patch_of({"instructions": None})
     assert patch.instructions == ""
     assert patch.turn_detection is UNSET
@@ -487,6 +515,21 @@ def test_append_missing_audio() -> None:
         ),
         ({"type": "input_audio_buffer.commit", "response_create": True}, InputAudioCommit(create_response=True)),
         ({"type": "input_audio_buffer.commit", "response_create": None}, InputAudioCommit()),
+        # vLLM-Omni's reading: either spelling; response_create wins; non-booleans count as not given.
+        ({"type": "input_audio_buffer.commit", "create_response": True}, InputAudioCommit(create_response=True)),
+        (
+            {"type": "input_audio_buffer.commit", "response_create": False, "create_response": True},
+            InputAudioCommit(create_response=False),
+        ),
+        ({"type": "input_audio_buffer.commit", "response_create": "yes"}, InputAudioCommit()),
+        (
+            {"type": "input_audio_buffer.commit", "final": False, "is_speech": False},
+            InputAudioCommit(final=False, is_speech=False),
+        ),
+        ({"type": "input_audio_buffer.commit", "final": 0, "is_speech": 1}, InputAudioCommit()),
+        # input.commit asks for the reply unless it says otherwise.
+        ({"type": "input.commit"}, InputAudioCommit(create_response=True)),
+        ({"type": "input.commit", "response_create": False}, InputAudioCommit(create_response=False)),
         ({"type": "input_audio_buffer.clear", "event_id": "c"}, InputAudioClear(event_id="c")),
         ({"type": "output_audio_buffer.clear"}, OutputAudioClear()),
         ({"type": "barge_in", "event_id": "b"}, BargeIn(event_id="b")),
@@ -740,6 +783,7 @@ def test_every_client_event_type_is_covered() -> None:
         "session.update",
         "input_audio_buffer.append",
         "input_audio_buffer.commit",
+        "input.commit",
         "input_audio_buffer.clear",
         "response.create",
         "response.cancel",
@@ -971,6 +1015,8 @@ SAMPLES: list[ServerEvent] = [
     # The defaults a client gets before any session.update, with the gateway's own model name.
     SessionCreated(session_id="sess_1", config=SessionConfig()),
     SessionResumed(session_id="sess_1", config=CONFIG, resume_token="tok"),
+    SessionReplaced(session_id="sess_1", attachment_generation=1),
+    SessionResyncRequired(session_id="sess_1"),
     SessionUpdated(session_id="sess_1", config=CONFIG),
     SpeechStarted(audio_start_ms=100, item_id="item_u"),
     SpeechStopped(audio_end_ms=900, item_id="item_u"),
@@ -1641,3 +1687,27 @@ def test_session_created_and_resumed_carry_resume_credentials() -> None:
     resumed = ga(SessionResumed(session_id="sess_r", config=CONFIG, resume_token="tok2"))
     assert resumed["type"] == "session.resumed" and resumed["resume_token"] == "tok2"
     assert "resume_token" not in ga(SessionCreated(session_id="sess_r", config=CONFIG))
+
+
+def test_resume_events_are_outside_the_numbered_stream_in_vllm_omni_shape() -> None:
+    """``session.resumed`` carries no ``server_event_seq``: vLLM-Omni's DuplexClient drops an
+    event numbered at or below the last one it saw, and with it the rotated resume_token."""
+    dialect = RealtimeDialect(session_id="sess_r", beta=False, duplex=True, max_message_bytes=MAX)
+    resumed = json.loads(dialect.render_unsequenced(
+        SessionResumed(session_id="sess_r", config=CONFIG, resume_token="tok2", attachment_generation=2)
+    ))
+    assert "server_event_seq" not in resumed
+    assert {k: resumed[k] for k in ("type", "session_id", "resume_token", "attachment_generation")} == {
+        "type": "session.resumed", "session_id": "sess_r", "resume_token": "tok2", "attachment_generation": 2,
+    }
+    assert resumed["session"]["id"] == "sess_r"
+    replaced = json.loads(dialect.render_unsequenced(SessionReplaced(session_id="sess_r", attachment_generation=1)))
+    resync = json.loads(dialect.render_unsequenced(SessionResyncRequired(session_id="sess_r")))
+    assert {k: v for k, v in replaced.items() if k != "event_id"} == {
+        "type": "session.replaced", "session_id": "sess_r", "attachment_generation": 1,
+    }
+    assert {k: v for k, v in resync.items() if k != "event_id"} == {
+        "type": "session.resync_required", "session_id": "sess_r", "reason": "journal_gap",
+    }
+    # Each still has an event id of its own.
+    assert len({resumed["event_id"], replaced["event_id"], resync["event_id"]}) == 3

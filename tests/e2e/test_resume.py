@@ -165,11 +165,11 @@ async def test_a_clean_close_is_not_kept_for_resume(gateway: Gateway) -> None:
         assert error["type"] == "error" and error["error"]["code"] == "invalid_resume_token", error
 
 
-async def test_resume_after_events_no_longer_held_is_resume_gap_on_the_wire(
+async def test_resume_after_events_no_longer_held_is_resync_required_on_the_wire(
     gateway_factory: GatewayFactory,
 ) -> None:
-    """The journal keeps the last few events; asking for older ones is ``resume_gap``, and the
-    connection stays open for a fresh session."""
+    """The journal keeps the last few events; asking for older ones is vLLM-Omni's
+    ``session.resync_required``, and the connection stays open for a fresh session."""
     gw = gateway_factory.start(
         {
             "server": {"web_demo": False},
@@ -203,15 +203,14 @@ async def test_resume_after_events_no_longer_held_is_resume_gap_on_the_wire(
                     "event_id": "resume1",
                 },
             )
-            _, error = await log.wait_for("error", 5)
-            assert error["error"]["code"] == "resume_gap", error
-            assert error["error"]["param"] == "last_received_server_event_seq", error
-            assert error["error"]["event_id"] == "resume1", error
+            _, resync = await log.wait_for("session.resync_required", 5)
+            assert resync["session_id"] == created["session_id"] and resync["reason"] == "journal_gap", resync
+            assert "server_event_seq" not in resync, resync
             # The connection stays open for a fresh session.
             await send_json(second, {"type": "session.update", "session": {"type": "realtime"}})
             _, fresh = await log.wait_for("session.created", 5)
             assert fresh["session_id"] != created["session_id"]
-            assert log.types() == ["error", "session.created"], log.types()
+            assert log.types() == ["session.resync_required", "session.created"], log.types()
             await send_json(second, {"type": "session.close"})
             assert await wait_closed(second) == 1000
         finally:

@@ -208,6 +208,11 @@ export class RealtimeClient {
       this.onEvent(event);
       return;
     }
+    if (type === 'session.resync_required' && this.resuming) {
+      // The events we missed are no longer held (vLLM-Omni's answer): start over.
+      this.startOver(ws, type);
+      return;
+    }
     if (type === 'error' && (this.resuming || (this.ignoreResumeError && this.aboutResume(event.error)))) {
       const code = event.error?.code;
       if (this.ignoreResumeError) {
@@ -216,14 +221,8 @@ export class RealtimeClient {
         console.info(`resume not supported here (${code}); continuing with the new session`);
         return;
       }
-      // invalid_resume_token / session_expired / resume_gap / resume turned off: start over.
-      console.info(`session could not be resumed (${code}); starting a new session`);
-      this.forgetSession();
-      this.resuming = false;
-      this.ws = null;
-      ws.onclose = null;
-      ws.close(1000, 'resume refused');
-      this.open(false);
+      // invalid_resume_token / session_expired / resume turned off: start over.
+      this.startOver(ws, code);
       return;
     }
     if (typeof seq === 'number') {
@@ -231,6 +230,17 @@ export class RealtimeClient {
       this.lastSeq = seq;
     }
     this.onEvent(event);
+  }
+
+  /** The session cannot be resumed: drop it and open a new one. */
+  startOver(ws, why) {
+    console.info(`session could not be resumed (${why}); starting a new session`);
+    this.forgetSession();
+    this.resuming = false;
+    this.ws = null;
+    ws.onclose = null;
+    ws.close(1000, 'resume refused');
+    this.open(false);
   }
 
   /** Whether an error answers our session.resume (by event_id, or by what it says). */

@@ -241,8 +241,10 @@ class FakeEchoDuplexPlugin(DuplexModelPlugin):
         return DefaultDuplexModelSessionState(audio_buffer=EchoPcmBuffer())
 
     def validate_client_extra_body(self, extra_body: object) -> None:
-        if isinstance(extra_body, Mapping) and extra_body.get("auto_response"):
-            raise DuplexRuntimeConfigError("the fake echo model answers committed turns only")
+        # Like MiniCPM-o, every client knob is welcome, extra_body.auto_response included:
+        # the session runner, not the model, decides when a committed turn is answered.
+        if extra_body is not None and not isinstance(extra_body, Mapping):
+            raise DuplexRuntimeConfigError("extra_body must be an object")
 
     async def prepare_runtime_config(self, config: Any, *, model_config: Any) -> dict[str, object]:
         return self.runtime_config_for_update(config, {})
