@@ -4,13 +4,35 @@ For any vLLM-Omni model served turn by turn (Qwen2.5-Omni, Qwen3-Omni's turn mod
 ...). The gateway's VAD (or the client's commits) decides the turns; each caller
 turn is ONE resumable engine request:
 
-* the turn's first audio chunk: ``add_request(request_id, prompt, resumable=True)``;
-* every later chunk: ``add_streaming_update(request_id, prompt, resumable=True)``;
+* the turn's first audio chunk: ``add_request(request_id, prompt, resumable=True)``,
+  its prompt ``{"prompt": <the conversation>, "multi_modal_data": {"audio":
+  (float32 samples, rate)}}``;
+* every later chunk: ``add_streaming_update(request_id, prompt, resumable=True)``,
+  its prompt the chunk's audio only (``"prompt": ""``): the conversation is sent
+  once per turn;
 * end of input, when a reply is wanted: ``add_streaming_update(request_id,
   TokensPrompt(prompt_token_ids=[0]), resumable=False)``.
 
-A prompt is ``{"prompt": <settings prompt>, "multi_modal_data": {"audio":
-(float32 samples, rate)}}``. One output pump per engine reads the orchestrator's
+Every call carries the sampling parameters vLLM-Omni's own streaming-input path
+uses (its realtime connection and ``AsyncOmni.generate`` with an input stream):
+the stages' defaults coerced to ``RequestOutputKind.DELTA``, the pipeline's
+sampling constraints applied, stage 0 checked (``n == 1``, not ``FINAL_ONLY``,
+no stop strings) and cloned once with ``skip_clone``. Without them vLLM's
+``CUMULATIVE`` default would make every output re-carry the whole reply.
+
+The conversation is rendered as ChatML (the chat format of the Qwen omni models):
+the session's instructions as the system message, then every earlier message in
+order -- text items added with ``conversation.item.create``, each caller audio
+turn (an empty user message: its audio is not re-sent), each reply by its
+transcript -- and the open user message, ``<|im_start|>user\n`` followed by the
+engine's ``prompt`` setting (e.g. the model's audio placeholder).
+
+Committed audio is part of the conversation: ``input_audio_buffer.clear`` drops
+only what was appended since the last commit. Audio appended after a commit in a
+turn not yet answered is held in the gateway until the next commit, so that a
+clear can still drop it.
+
+One output pump per engine reads the orchestrator's
 output queue and hands each ``OutputMessage`` to the session that owns its request
 id the moment it arrives: every async chunk becomes its own audio delta. Audio is
 ``multimodal_output["audio"]`` (or ``"model_outputs"``), a tensor or a list of
@@ -158,12 +180,32 @@ class TextCursor:
 
 
 @dataclass(slots=True)
+class _Message:
+    """One message of the conversation kept for the next turns' prompts."""
+
+    role: str
+    text: str
+    item_id: str | None = None
+
+
+def chatml(messages: list[_Message], *, instructions: str, open_user: str) -> str:
+    """The conversation as ChatML text, ending with the open user message of the new turn."""
+    parts = [f"<|im_start|>system\n{instructions}<|im_end|>\n"] if instructions else []
+    parts.extend(f"<|im_start|>{m.role}\n{m.text}<|im_end|>\n" for m in messages)
+    parts.append(f"<|im_start|>user\n{open_user}")
+    return "".join(parts)
+
+
+@dataclass(slots=True)
 class _Turn:
     """One caller turn: one resumable engine request, and the reply it produces."""
 
     request_id: str
     started: bool = False  # add_request sent
     input_closed: bool = False  # the resumable=False end marker sent
+    committed: bool = False  # some of its audio was committed: later audio waits for the next commit
+    item_ids: list[str] = field(default_factory=list)  # the caller's items committed into it
+    transcript: str = ""  # the reply's text so far
     response_id: str | None = None
     audio: ReplyAudio | None = None
     cursors: dict[int, tuple[AudioCursor, TextCursor]] = field(default_factory=dict)
@@ -187,6 +229,8 @@ class VllmOmniStreamSession(port.EngineSession):
         #: The turn whose reply is being produced.
         self._reply: _Turn | None = None
         self._pending = bytearray()
+        #: The conversation so far (what the next turn's prompt carries).
+        self._history: list[_Message] = []
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -196,25 +240,40 @@ class VllmOmniStreamSession(port.EngineSession):
         if self._closed or not pcm:
             return
         self._pending += pcm
-        if len(self._pending) >= self._chunk_bytes:
+        held = self._input is not None and self._input.committed
+        if not held and len(self._pending) >= self._chunk_bytes:
             await self._send_pending()
 
     async def commit(self, *, item_id: str, response_id: str | None) -> None:
         await self._send_pending()
+        turn = self._input
+        if turn is not None and turn.started:
+            turn.committed = True
+            turn.item_ids.append(item_id)
         if response_id is not None:
             await self._answer(response_id)
 
     async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
-        logger.info("session %s: the vllm-omni-stream engine takes audio turns only; text item ignored", self._session_id)
+        message = _Message(role=role, text=text, item_id=item_id)
+        index = next((i for i, m in enumerate(self._history) if m.item_id == previous_item_id), None)
+        if previous_item_id is not None and index is not None:
+            self._history.insert(index + 1, message)
+        else:
+            self._history.append(message)
 
     async def clear_input(self) -> None:
+        """Drop the audio appended since the last commit; committed audio and the conversation stay."""
         self._pending.clear()
-        turn, self._input = self._input, None
-        if turn is not None and turn.started:
+        turn = self._input
+        if turn is None or turn.committed:
+            return
+        self._input = None
+        if turn.started:
             await self._abort(turn)
 
     async def create_response(self, *, response_id: str, instructions: str | None) -> None:
-        await self._send_pending()
+        if self._input is None or not self._input.committed:
+            await self._send_pending()  # an uncommitted live turn is answered as it stands
         await self._answer(response_id)
 
     async def cancel_response(self, response_id: str) -> None:
@@ -264,12 +323,17 @@ class VllmOmniStreamSession(port.EngineSession):
                 turn = self._input = _Turn(request_id=f"{self._session_id}-turn{next(self._ids)}-{secrets.token_hex(4)}")
                 self._engine._route(turn.request_id, self)
             samples = codec.decode(pcm, Encoding.PCM16)
-            prompt = {"prompt": self._engine.prompt, "multi_modal_data": {"audio": (samples, self._input_rate)}}
+            audio = {"audio": (samples, self._input_rate)}
             if not turn.started:
                 turn.started = True
+                prompt = {"prompt": self._turn_prompt(), "multi_modal_data": audio}
                 await self._engine._submit("add_request", turn.request_id, prompt, resumable=True)
             else:
+                prompt = {"prompt": "", "multi_modal_data": audio}
                 await self._engine._submit("add_streaming_update", turn.request_id, prompt, resumable=True)
+
+    def _turn_prompt(self) -> str:
+        return chatml(self._history, instructions=self._config.instructions, open_user=self._engine.prompt)
 
     async def _answer(self, response_id: str | None) -> None:
         """Close the open turn's input so the model replies, as ``response_id``."""
@@ -295,6 +359,8 @@ class VllmOmniStreamSession(port.EngineSession):
             return
         turn.response_id = response_id
         turn.audio = ReplyAudio(self._output_rate)
+        # The caller's turn joins the conversation (its audio is not re-sent with later turns).
+        self._history.append(_Message(role="user", text="", item_id=turn.item_ids[0] if turn.item_ids else None))
         self._reply = turn
         self._events.put_nowait(port.EngineResponseStarted(response_id=response_id))
 
@@ -305,8 +371,14 @@ class VllmOmniStreamSession(port.EngineSession):
         if self._reply is turn:
             self._reply = None
         if turn.response_id is not None:
+            self._remember_reply(turn)
             self._events.put_nowait(port.EngineResponseDone(response_id=turn.response_id, status="cancelled"))
         await self._abort(turn)
+
+    def _remember_reply(self, turn: _Turn) -> None:
+        """The reply joins the conversation by its transcript (what was produced of it)."""
+        if turn.transcript:
+            self._history.append(_Message(role="assistant", text=turn.transcript, item_id=turn.response_id))
 
     async def _abort(self, turn: _Turn) -> None:
         self._engine._unroute(turn.request_id)
@@ -341,6 +413,7 @@ class VllmOmniStreamSession(port.EngineSession):
         new_audio = audio_cursor.new_samples(to_mono(audio)) if audio is not None else _EMPTY
         new_text = text_cursor.new_text(str(text), cumulative=audio_cursor.cumulative)
         if new_text:
+            turn.transcript += new_text
             self._events.put_nowait(port.EngineTranscript(response_id=turn.response_id, delta=new_text))
         if new_audio.size:
             rate = _last_int(mm.get("sr")) or DEFAULT_OUTPUT_RATE
@@ -366,6 +439,7 @@ class VllmOmniStreamSession(port.EngineSession):
             self._input = None
         if turn.response_id is None:
             return
+        self._remember_reply(turn)
         if status == "completed" and turn.audio is not None:
             tail = turn.audio.flush()
             if tail:
@@ -432,6 +506,8 @@ class VllmOmniStreamEngine(port.Engine):
         self._final_stage_id = 0
         self._final_output_stage_ids: list[int] | None = None
         self.cumulative_prior = True
+        #: Every stage's sampling parameters for a streaming-input request (see :meth:`_resolve_sampling_params`).
+        self.sampling_params_list: list[Any] | None = None
         self._sessions: dict[str, VllmOmniStreamSession] = {}
         self._routes: dict[str, VllmOmniStreamSession] = {}
         self._pump: asyncio.Task[None] | None = None
@@ -467,6 +543,7 @@ class VllmOmniStreamEngine(port.Engine):
             self._omni = await asyncio.wait_for(asyncio.to_thread(build), self.startup_timeout_s)
         self._core = self._omni.engine
         self._resolve_stages()
+        self._resolve_sampling_params()
         self._submitter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="omni-submit")
         self._pump = asyncio.create_task(self._pump_outputs(), name="vllm-omni-stream-outputs")
         logger.info(
@@ -493,10 +570,39 @@ class VllmOmniStreamEngine(port.Engine):
             logger.info("final stage lookup failed (%s); using the last stage", exc)
             self._final_stage_id = max(0, int(getattr(self._core, "num_stages", 1)) - 1)
             self._final_output_stage_ids = None
-        params = list(getattr(self._core, "default_sampling_params_list", None) or [])
-        if params:
-            kind = getattr(params[min(self._final_stage_id, len(params) - 1)], "output_kind", None)
-            self.cumulative_prior = getattr(kind, "name", "CUMULATIVE") != "DELTA"
+
+    def _resolve_sampling_params(self) -> None:
+        """The sampling parameters of vLLM-Omni's own streaming-input path.
+
+        As its realtime connection does: the stages' defaults coerced to DELTA
+        (cloned, ``skip_clone`` set); as ``AsyncOmni.generate`` does: the
+        pipeline's sampling constraints applied, stage 0 validated for streaming
+        input and cloned once.
+        """
+        omni = self._omni
+        defaults = list(
+            getattr(omni, "default_sampling_params_list", None)
+            or getattr(self._core, "default_sampling_params_list", None)
+            or []
+        )
+        if not defaults:
+            raise RuntimeError("vLLM-Omni reports no default sampling parameters for its stages")
+        coerce = importlib.import_module("vllm_omni.entrypoints.utils").coerce_param_message_types
+        params = list(coerce(defaults, is_streaming=True))
+        resolve = getattr(omni, "resolve_sampling_params_list", None)
+        if resolve is not None:
+            params = list(resolve(params))
+        validate = getattr(omni, "_validate_streaming_input_sampling_params", None)
+        if validate is not None:
+            validate(params[0])  # ValueError: this model's stage 0 cannot take streaming input
+        stage0 = params[0]
+        if not getattr(stage0, "skip_clone", True):
+            stage0 = stage0.clone()
+            stage0.skip_clone = True
+            params[0] = stage0
+        self.sampling_params_list = params
+        kind = getattr(params[min(self._final_stage_id, len(params) - 1)], "output_kind", None)
+        self.cumulative_prior = getattr(kind, "name", "CUMULATIVE") != "DELTA"
 
     def end_of_input(self) -> Any:
         assert self._tokens_prompt is not None
@@ -530,6 +636,7 @@ class VllmOmniStreamEngine(port.Engine):
             getattr(self._core, method),
             request_id,
             prompt,
+            sampling_params_list=self.sampling_params_list,
             final_stage_id=self._final_stage_id,
             final_output_stage_ids=self._final_output_stage_ids,
             resumable=resumable,

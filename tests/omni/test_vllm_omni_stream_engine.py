@@ -95,12 +95,46 @@ async def _round_trip(ws: Any, log: EventLog) -> None:
     await log.wait_for("session.heartbeat_ack", 5, start=start)
 
 
+def _speech(seconds: float, offset_s: float = 0.5) -> bytes:
+    speech = load_speech()[int(offset_s * 24000) * 2 :]
+    return speech[: int(seconds * 24000) * 2]
+
+
+async def _append(ws: Any, pcm: bytes) -> None:
+    """Append ``pcm`` in 100 ms frames, 10 ms apart (ten times real time): the engine takes it
+    as it comes, in several updates, instead of as one append coalesced behind a busy engine."""
+    for offset in range(0, len(pcm), FRAME):
+        await send_json(ws, {"type": "input_audio_buffer.append", "audio": b64(pcm[offset : offset + FRAME])})
+        await asyncio.sleep(0.01)
+
+
+async def _text_item(ws: Any, log: EventLog, text: str) -> None:
+    start = len(log.events)
+    await send_json(
+        ws,
+        {
+            "type": "conversation.item.create",
+            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+        },
+    )
+    await log.wait_for(lambda e: e["type"] in ("conversation.item.added", "conversation.item.created"), 5, start=start)
+
+
+async def _reply(ws: Any, log: EventLog) -> dict[str, Any]:
+    """Ask for a reply and wait for its ``response.done``."""
+    start = len(log.events)
+    await send_json(ws, {"type": "response.create"})
+    index, created = await log.wait_for("response.created", 5, start=start)
+    rid = created["response"]["id"]
+    _, done = await log.wait_for(lambda e: e["type"] == "response.done" and e["response"]["id"] == rid, 10, start=index)
+    return done
+
+
 async def turn(ws: Any, log: EventLog) -> tuple[int, str]:
     """Append a turn, commit it, ask for a reply: (index of response.created, response id)."""
     speech = load_speech()[int(0.5 * 24000) * 2 :][: int(TURN_S * 24000) * 2]
     start = len(log.events)
-    for offset in range(0, len(speech), FRAME):
-        await send_json(ws, {"type": "input_audio_buffer.append", "audio": b64(speech[offset : offset + FRAME])})
+    await _append(ws, speech)
     await send_json(ws, {"type": "input_audio_buffer.commit"})
     index, _ = await log.wait_for("input_audio_buffer.committed", 5, start=start)
     await send_json(ws, {"type": "response.create"})
@@ -251,3 +285,99 @@ async def test_openai_sdk_server_vad_turn(gateway: Gateway, calls_path: Path) ->
     sent_ms = sum(c["samples"] for c in sequence[:-1]) / 16
     turn_ms = stopped["audio_end_ms"] - started["audio_start_ms"]
     assert abs(sent_ms - turn_ms) <= 100, (sent_ms, turn_ms)
+
+
+def _turn_requests(calls: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The engine requests that got audio, in order, each as its engine-level calls."""
+    return [seq for seq in requests_of(calls).values() if seq[0]["call"] == "add_request"]
+
+
+async def test_requests_stream_deltas_and_carry_the_conversation(gateway: Gateway, calls_path: Path) -> None:
+    """DELTA sampling params, the prompt once per turn, and the conversation in the next turn's prompt."""
+    before = len(read_calls(calls_path))
+    async with manual_session(gateway) as (ws, log):
+        start = len(log.events)
+        await send_json(ws, {"type": "session.update", "session": {"type": "realtime", "instructions": "Answer briefly."}})
+        await log.wait_for("session.updated", 5, start=start)
+        await _text_item(ws, log, "My name is Ada.")
+        for _ in range(2):
+            i_created, rid = await turn(ws, log)
+            _, done = await log.wait_for(
+                lambda e, rid=rid: e["type"] == "response.done" and e["response"]["id"] == rid, 10, start=i_created
+            )
+            assert done["response"]["status"] == "completed", done
+    await gateway.wait_sessions(0)
+    calls = read_calls(calls_path)[before:]
+    first, second = _turn_requests(calls)
+
+    # What stage 0 received: DELTA outputs (vLLM's CUMULATIVE default would re-send the whole
+    # reply in every chunk), one sample, no stop strings -- vLLM-Omni's streaming-input contract.
+    stage = [c for c in calls if c["call"] == "stage.add_request" and c["request_id"] in (first[0]["request_id"], second[0]["request_id"])]
+    assert len(stage) == len(first) + len(second), stage
+    assert {(c["output_kind"], c["n"], tuple(c["stop"])) for c in stage} == {("DELTA", 1, ())}, stage
+
+    # The prompt goes with the turn's first chunk only; later chunks carry audio alone.
+    for sequence in (first, second):
+        audio = [c for c in sequence if c["prompt"] == "audio"]
+        assert len(audio) >= 3, audio
+        assert audio[0]["call"] == "add_request" and audio[0]["text"], audio[0]
+        assert all(c["text"] == "" for c in audio[1:]), [c["text"] for c in audio]
+
+    # The first turn's prompt: the instructions and the text item; the second's also the first
+    # turn (the caller's audio turn, then the reply by its transcript).
+    prompt1, prompt2 = first[0]["text"], second[0]["text"]
+    assert "Answer briefly." in prompt1 and "My name is Ada." in prompt1, prompt1
+    assert prompt1.index("Answer briefly.") < prompt1.index("My name is Ada."), prompt1
+    reply = f"(echo of {TURN_S:.1f} s of your audio)"
+    assert reply not in prompt1, prompt1
+    assert prompt2.startswith(prompt1.removesuffix("<|im_start|>user\n")), (prompt1, prompt2)
+    assert "<|im_start|>user\n<|im_end|>" in prompt2 and f"<|im_start|>assistant\n{reply}<|im_end|>" in prompt2, prompt2
+
+
+async def test_clear_drops_only_uncommitted_audio_and_keeps_the_conversation(gateway: Gateway, calls_path: Path) -> None:
+    before = len(read_calls(calls_path))
+    async with manual_session(gateway) as (ws, log):
+        await _text_item(ws, log, "Remember the word kiwi.")
+        # Committed audio survives a clear; only what came after the commit is dropped.
+        await _append(ws, _speech(1.0))
+        start = len(log.events)
+        await send_json(ws, {"type": "input_audio_buffer.commit"})
+        await log.wait_for("input_audio_buffer.committed", 5, start=start)
+        await _append(ws, _speech(0.5, offset_s=2.0))
+        start = len(log.events)
+        await send_json(ws, {"type": "input_audio_buffer.clear"})
+        await log.wait_for("input_audio_buffer.cleared", 5, start=start)
+        done = await _reply(ws, log)
+        assert done["response"]["status"] == "completed", done
+        text = "".join(
+            e["delta"] for e in log.events if e["type"] == "response.output_audio_transcript.delta"
+        )
+        assert text == "(echo of 1.0 s of your audio)", text
+
+        # A clear of a turn nobody committed drops that audio -- and nothing of the conversation.
+        mark = len(read_calls(calls_path))
+        await _append(ws, _speech(0.6, offset_s=2.5))
+        await wait_calls(calls_path, lambda c: c["call"] == "add_request", count=len(
+            [c for c in read_calls(calls_path)[:mark] if c["call"] == "add_request"]
+        ) + 1)
+        start = len(log.events)
+        await send_json(ws, {"type": "input_audio_buffer.clear"})
+        await log.wait_for("input_audio_buffer.cleared", 5, start=start)
+        await _append(ws, _speech(0.8))
+        start = len(log.events)
+        await send_json(ws, {"type": "input_audio_buffer.commit"})
+        await log.wait_for("input_audio_buffer.committed", 5, start=start)
+        done = await _reply(ws, log)
+        assert done["response"]["status"] == "completed", done
+    await gateway.wait_sessions(0)
+    calls = read_calls(calls_path)[before:]
+    first, cleared, last = _turn_requests(calls)
+    # The first turn: the committed second only (16 kHz), not the half second after the commit.
+    sent = sum(c["samples"] for c in first if c["prompt"] == "audio")
+    assert int(0.95 * 16_000) <= sent <= 16_000, sent
+    # The uncommitted turn was aborted in the engine.
+    assert [c for c in cleared if c["call"] == "abort_async"], cleared
+    # The last turn's prompt still holds the text item and the first exchange.
+    prompt = last[0]["text"]
+    assert "Remember the word kiwi." in prompt, prompt
+    assert "<|im_start|>assistant\n(echo of 1.0 s of your audio)<|im_end|>" in prompt, prompt

@@ -150,7 +150,7 @@ def _prompt_summary(prompt: Any) -> dict[str, Any]:
         audio = (prompt.get("multi_modal_data") or {}).get("audio")
         if audio is not None:
             items = audio if isinstance(audio, list) else [audio]
-            return {"prompt": "audio", "samples": sum(len(pcm) for pcm, _ in items)}
+            return {"prompt": "audio", "samples": sum(len(pcm) for pcm, _ in items), "text": prompt.get("prompt")}
         if "prompt_token_ids" in prompt:
             return {"prompt": "tokens", "token_ids": list(prompt["prompt_token_ids"])}
     return {"prompt": type(prompt).__name__}

@@ -161,7 +161,16 @@ class EchoStageClient:
             if pcm.size and rate != OUTPUT_RATE:
                 pcm = soxr.resample(pcm, rate, OUTPUT_RATE).astype(np.float32)
             parts.append(pcm)
-        self._calls.write("stage.add_request", request_id=rid, resumable=bool(request.resumable), samples=samples)
+        params = request.sampling_params
+        self._calls.write(
+            "stage.add_request",
+            request_id=rid,
+            resumable=bool(request.resumable),
+            samples=samples,
+            output_kind=getattr(getattr(params, "output_kind", None), "name", None),
+            n=getattr(params, "n", None),
+            stop=list(getattr(params, "stop", None) or []),
+        )
         if not request.resumable:  # the turn's input is complete: answer it
             turn = self._pending.pop(rid)
             self._speaking[rid] = asyncio.create_task(self._speak(rid, turn), name=f"fake-echo:{rid}")
