@@ -153,7 +153,7 @@ class VllmOmniSettings(_Section):
     turn_detection: Literal["gateway", "engine"] = "gateway"
     #: ``vllm-omni-stream``: caller audio is sent to the engine in pieces of at least this much.
     input_chunk_ms: int = Field(100, ge=0, le=5_000)
-    #: ``vllm-omni-stream``: text prompt sent with each caller audio chunk (the model's chat template).
+    #: ``vllm-omni-stream``: text that ends each turn's prompt, after the conversation (sent once per turn).
     prompt: str = ""
 
 
