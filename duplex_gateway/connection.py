@@ -63,6 +63,7 @@ from duplex_gateway.session import (
     Output,
     ProcessInput,
     Session,
+    UpdateEngine,
 )
 from duplex_gateway.session_config import SessionConfig
 from duplex_gateway.transport import Attachment, Close, Frame, Socket
@@ -531,6 +532,7 @@ class Connection:
             engine_session,
             timeout_s=self._limits.engine_timeout_s,
             on_error=self._engine_call_failed,
+            on_done=self._engine_call_done,
             high_water_bytes=rate * 2 * ENGINE_BACKLOG_MS // 1000,
             name=self.session_id,
         )
@@ -540,7 +542,18 @@ class Connection:
             self._resumes.attach(self)
         return True
 
+    def _engine_call_done(self, call: EngineCall) -> None:
+        if isinstance(call, UpdateEngine):
+            self._apply(self.session.engine_updated(call))
+
     def _engine_call_failed(self, call: EngineCall, exc: BaseException) -> None:
+        if isinstance(call, UpdateEngine):
+            if isinstance(exc, port.EngineRefused):
+                code, message = exc.code, exc.message
+            else:
+                code, message = "engine_error", f"the engine failed: {type(exc).__name__}"
+            self._apply(self.session.engine_update_refused(call, code=code, message=message))
+            return
         self._emit(ev.ErrorEvent(code=ErrorCode.ENGINE_ERROR, message=f"the engine failed: {type(exc).__name__}"))
 
     async def _pump_engine(self, engine_session: port.EngineSession) -> None:
@@ -577,6 +590,8 @@ class Connection:
     def _call_engine(self, call: EngineCall) -> None:
         link = self._link
         if link is None:
+            if isinstance(call, UpdateEngine):  # no engine session to refuse it
+                self._apply(self.session.engine_updated(call))
             return
         if isinstance(call, CommitInput | CallerPaused) and self._input is not None:
             # The resampler holds back the last few ms the caller said; the engine needs them now.

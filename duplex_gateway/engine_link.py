@@ -44,7 +44,8 @@ class EngineLink:
     """Makes one engine session's calls in the order they were submitted.
 
     ``on_error`` hears of every call that failed or timed out (after
-    ``timeout_s``); the link goes on with the next call.
+    ``timeout_s``); the link goes on with the next call. ``on_done`` hears of
+    every call the engine took (the session waits on some: ``UpdateEngine``).
     """
 
     def __init__(
@@ -55,10 +56,12 @@ class EngineLink:
         on_error: Callable[[EngineCall, BaseException], None],
         high_water_bytes: int,
         name: str,
+        on_done: Callable[[EngineCall], None] | None = None,
     ) -> None:
         self.engine_session = engine_session
         self._timeout_s = timeout_s
         self._on_error = on_error
+        self._on_done = on_done
         self._high_water = high_water_bytes
         self._calls: deque[EngineCall] = deque()
         self._audio_bytes = 0
@@ -111,8 +114,14 @@ class EngineLink:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # any engine failure is reported the same way
-                logger.exception("engine call %s failed", type(call).__name__)
+                if isinstance(exc, port.EngineRefused):
+                    logger.info("engine refused %s: %s", type(call).__name__, exc)
+                else:
+                    logger.exception("engine call %s failed", type(call).__name__)
                 self._on_error(call, exc)
+            else:
+                if self._on_done is not None:
+                    self._on_done(call)
             finally:
                 if isinstance(call, AppendAudio):
                     self._audio_bytes -= len(call.pcm)

@@ -155,7 +155,14 @@ class AckPlayback(EngineCall):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateEngine(EngineCall):
+    """Give the engine ``config``; report the outcome with :meth:`Session.engine_updated` /
+    :meth:`Session.engine_update_refused` (``session.updated`` waits for the engine)."""
+
     config: SessionConfig
+    #: The configuration before this update, kept if the engine refuses it.
+    previous: SessionConfig
+    #: The client's ``session.update`` event id, echoed on a refusal.
+    event_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -405,11 +412,37 @@ class Session:
                 "(open a new session, e.g. /v1/realtime?intent=transcription)",
                 param="session.type",
             )
-        self.config = after
-        if self.config.turn_detection != before.turn_detection:
+        # The gateway's own part (formats, turn detection) applies at once, as the client's next
+        # events expect; session.updated waits for the engine, and a refusal takes it back.
+        self._set_config(after)
+        return [UpdateEngine(config=after, previous=before, event_id=command.event_id)]
+
+    def _set_config(self, config: SessionConfig) -> None:
+        before, self.config = self.config, config
+        if config.turn_detection != before.turn_detection:
             self._end_speech()
             self._detector = self._make_detector()
-        return [UpdateEngine(config=self.config), ev.SessionUpdated(session_id=self.session_id, config=self.config)]
+
+    def engine_updated(self, call: UpdateEngine) -> list[Output]:
+        """The engine took the configuration of ``call``: the client is told so."""
+        if self.closed:
+            return []
+        return [ev.SessionUpdated(session_id=self.session_id, config=call.config)]
+
+    def engine_update_refused(self, call: UpdateEngine, *, code: str, message: str) -> list[Output]:
+        """The engine refused ``call`` and kept its configuration: so does the session."""
+        if self.closed:
+            return []
+        if self.config is call.config:  # no later update is on its way
+            self._set_config(call.previous)
+        return [
+            ev.ErrorEvent(
+                code=ErrorCode.INVALID_VALUE,
+                message=f"the engine refused the session update ({code}: {message})",
+                event_id=call.event_id,
+                param="session",
+            )
+        ]
 
     def _on_append(self, command: cmd.InputAudioAppend, now: float) -> list[Output]:
         fmt = self.config.input_format

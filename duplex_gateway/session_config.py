@@ -8,6 +8,7 @@ configuration and validates the result.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from duplex_gateway.audio.format import AudioFormat, Encoding
@@ -15,6 +16,7 @@ from duplex_gateway.errors import ErrorCode, ProtocolError
 
 __all__ = [
     "UNSET",
+    "VLLM_OMNI_FIELDS",
     "InputTranscription",
     "Modality",
     "SessionConfig",
@@ -31,6 +33,25 @@ class _Unset(enum.Enum):
 
 #: Marks a patch field the client did not mention (``None`` means "set to null").
 UNSET = _Unset.UNSET
+
+
+#: The :class:`SessionConfig` fields that are vLLM-Omni session fields of the same name
+#: (``max_output_tokens`` and ``noise_reduction`` aside), passed through to its engines.
+VLLM_OMNI_FIELDS = (
+    "ref_audio",
+    "temperature",
+    "max_output_tokens",
+    "overlap_policy",
+    "overlap_short_ack_ms",
+    "overlap_barge_in_ms",
+    "overlap_silence_rms",
+    "playback_commit_policy",
+    "idle_timeout_s",
+    "noise_reduction",
+    "initial_user_text",
+    "use_tts_template",
+    "extra_body",
+)
 
 
 class TurnDetectionMode(enum.StrEnum):
@@ -121,6 +142,23 @@ class SessionConfig:
     #: vLLM-Omni's ``extra_body.auto_response``: a commit that names no ``response_create``
     #: is answered, as vLLM-Omni's server answers it (its ``DuplexClient`` turns it on).
     auto_response: bool = False
+    #: vLLM-Omni session fields, handed to engines that take them (None: the engine's default).
+    ref_audio: str | None = None
+    temperature: float | None = None
+    #: ``max_output_tokens`` / ``max_tokens``; None: no limit (``"inf"``).
+    max_output_tokens: int | None = None
+    overlap_policy: str | None = None
+    overlap_short_ack_ms: float | None = None
+    overlap_barge_in_ms: float | None = None
+    overlap_silence_rms: float | None = None
+    playback_commit_policy: str | None = None
+    idle_timeout_s: float | None = None
+    #: ``audio.input.noise_reduction`` / ``input_audio_noise_reduction``, as sent.
+    noise_reduction: Mapping[str, object] | None = None
+    initial_user_text: str | None = None
+    use_tts_template: bool | None = None
+    #: ``extra_body`` as the client last sent it: model knobs the engine reads (``auto_response`` too).
+    extra_body: Mapping[str, object] = field(default_factory=dict)
 
     def apply(self, patch: SessionPatch) -> SessionConfig:
         """This configuration with the fields ``patch`` names replaced."""
@@ -149,3 +187,16 @@ class SessionPatch:
     input_transcription: InputTranscription | None | _Unset = UNSET
     speed: float | _Unset = UNSET
     auto_response: bool | _Unset = UNSET
+    ref_audio: str | None | _Unset = UNSET
+    temperature: float | None | _Unset = UNSET
+    max_output_tokens: int | None | _Unset = UNSET
+    overlap_policy: str | None | _Unset = UNSET
+    overlap_short_ack_ms: float | None | _Unset = UNSET
+    overlap_barge_in_ms: float | None | _Unset = UNSET
+    overlap_silence_rms: float | None | _Unset = UNSET
+    playback_commit_policy: str | None | _Unset = UNSET
+    idle_timeout_s: float | None | _Unset = UNSET
+    noise_reduction: Mapping[str, object] | None | _Unset = UNSET
+    initial_user_text: str | None | _Unset = UNSET
+    use_tts_template: bool | None | _Unset = UNSET
+    extra_body: Mapping[str, object] | _Unset = UNSET

@@ -555,3 +555,50 @@ async def test_a_bad_message_costs_only_that_message(harness: Harness) -> None:
     await socket.wait_for("session.heartbeat_ack")
     assert socket.errors() == ["binary_not_supported", "invalid_json", "invalid_audio_length"]
     assert socket.close_code is None
+
+
+# ---------------------------------------------------------------------------------------
+# session.update: the client hears of it once the engine took it
+
+
+class GatedUpdates(EchoEngine):
+    """The echo engine, its sessions taking an update when the test lets them, refusing a voice change."""
+
+    def __init__(self) -> None:
+        super().__init__(rate=RATE, pace=0.0, chunk_ms=100)
+        self.gate = asyncio.Event()
+        self.updates: list[SessionConfig] = []
+
+    async def open_session(self, session_id: str, config: SessionConfig) -> port.EngineSession:
+        session = await super().open_session(session_id, config)
+
+        async def update(new: SessionConfig) -> None:
+            await self.gate.wait()
+            self.updates.append(new)
+            if new.voice != config.voice:
+                raise port.EngineRefused("voice_update_after_audio_unsupported", "too late for a new voice")
+
+        session.update = update  # type: ignore[method-assign]
+        return session
+
+
+async def test_session_updated_follows_the_engine_and_a_refusal_is_an_error(harness: Harness) -> None:
+    socket = FakeSocket()
+    engine = GatedUpdates()
+    await engine.start()
+    harness.connect(socket, engine)
+    await socket.wait_for("session.created")
+    socket.push({"type": "session.update", "session": {"temperature": 0.5}})
+    socket.push({"type": "session.heartbeat"})
+    await socket.wait_for("session.heartbeat_ack")
+    assert "session.updated" not in socket.types()  # the engine has not taken it yet
+    engine.gate.set()
+    index = await socket.wait_for("session.updated")
+    assert engine.updates[-1].temperature == 0.5
+    assert socket.events[index]["session"]["temperature"] == 0.5
+
+    socket.push({"type": "session.update", "event_id": "evt_voice", "session": {"voice": "nova"}})
+    error = socket.events[await socket.wait_for("error", index)]
+    assert error["error"]["event_id"] == "evt_voice"
+    assert "voice_update_after_audio_unsupported" in error["error"]["message"]
+    assert socket.types(index + 1).count("session.updated") == 0

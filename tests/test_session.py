@@ -537,9 +537,34 @@ def test_session_update_reaches_engine_and_switches_turn_detection() -> None:
     s = make(VAD)
     assert s.gateway_vad
     out = s.receive(cmd.SessionUpdate(session=SessionPatch(turn_detection=None)), now=0)
-    assert isinstance(out[0], UpdateEngine) and types(out)[1] == "session.updated"
+    (update,) = out
+    assert isinstance(update, UpdateEngine) and update.config.turn_detection is None
     assert not s.gateway_vad
     assert s.input_processed(pcm(20), 20.0) == [AppendAudio(pcm=pcm(20))]
+    assert types(s.engine_updated(update)) == ["session.updated"]
+
+
+def test_session_updated_waits_for_the_engine_and_a_refusal_takes_the_update_back() -> None:
+    s = make(VAD)
+    before = s.config
+    patch = SessionPatch(voice="nova", temperature=0.7, extra_body={"force_listen_count": 2})
+    out = s.receive(cmd.SessionUpdate(session=patch, event_id="evt_1"), now=0)
+    # Only the engine call: the client hears of the update when the engine took it.
+    (update,) = out
+    assert isinstance(update, UpdateEngine) and update.previous is before and update.event_id == "evt_1"
+    assert update.config.temperature == 0.7 and update.config.extra_body == {"force_listen_count": 2}
+    accepted = s.engine_updated(update)
+    assert types(accepted) == ["session.updated"] and accepted[0].config is update.config  # type: ignore[union-attr]
+
+    # A refused update: an error naming the client's event, no session.updated, the old config back.
+    update2 = only(s.receive(cmd.SessionUpdate(session=SessionPatch(voice="alloy"), event_id="evt_2"), now=0),
+                   UpdateEngine)[0]
+    assert s.config.voice == "alloy"
+    out = s.engine_update_refused(update2, code="voice_update_after_audio_unsupported", message="no")
+    (error,) = out
+    assert isinstance(error, ev.ErrorEvent) and error.event_id == "evt_2"
+    assert "voice_update_after_audio_unsupported" in error.message
+    assert s.config is update.config and s.config.voice == "nova"
 
 
 @pytest.mark.parametrize("command", [cmd.InputAudioClear(), cmd.BargeIn(), cmd.SessionHeartbeat()])
@@ -842,7 +867,7 @@ def test_session_type_cannot_change() -> None:
     assert out[0].code is ErrorCode.INVALID_VALUE and out[0].param == "session.type"  # type: ignore[union-attr]
     assert s.config.kind is SessionKind.REALTIME
     assert types(s.receive(cmd.SessionUpdate(session=SessionPatch(kind=SessionKind.REALTIME)), now=0)) == [
-        "UpdateEngine", "session.updated",
+        "UpdateEngine",
     ]
 
 

@@ -14,8 +14,11 @@ the same setting):
   ``extra_body``, of which the gateway itself reads ``auto_response`` (vLLM-Omni
   replaces the whole ``extra_body`` on an update, so one without it turns it off).
 
-Keys this gateway does not use (``tools``, ``tracing``, ``noise_reduction`` ...) are
-ignored. Everything here is pure: no I/O, no clock. The small typed field readers
+vLLM-Omni's own session fields (``ref_audio``, ``temperature``, ``max_output_tokens`` /
+``max_tokens``, ``overlap_*``, ``playback_commit_policy``, ``idle_timeout_s``,
+``initial_user_text``, ``use_tts_template``, noise reduction and the whole ``extra_body``)
+are read into the configuration for the engines that take them. Keys this gateway does
+not use (``tools``, ``tracing`` ...) are ignored. Everything here is pure: no I/O, no clock. The small typed field readers
 at the top are shared with :mod:`duplex_gateway.dialects.realtime`.
 """
 
@@ -28,6 +31,7 @@ from typing import Any
 from duplex_gateway.audio.format import MAX_RATE, MIN_RATE, AudioFormat, Encoding
 from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.session_config import (
+    VLLM_OMNI_FIELDS,
     InputTranscription,
     Modality,
     SessionConfig,
@@ -397,11 +401,71 @@ def parse_session_patch(session: Mapping[str, object], path: str = "session") ->
         patch["input_transcription"] = _transcription(
             session["input_audio_transcription"], join(path, "input_audio_transcription")
         )
-    extra_body = session.get("extra_body")
-    if isinstance(extra_body, Mapping):
+    if session.get("extra_body") is not None:  # vLLM-Omni ignores a null one
+        extra_body = dict(as_object(session["extra_body"], join(path, "extra_body")))
+        patch["extra_body"] = extra_body
         # vLLM-Omni's own test (``extra.get("auto_response") is True``): anything else is off.
         patch["auto_response"] = extra_body.get("auto_response") is True
+    patch.update(_omni_fields(session, ain, path, in_path))
     return SessionPatch(**patch)
+
+
+def _nonnegative(value: object, param: str) -> float:
+    number = as_number(value, param)
+    if number < 0:
+        raise invalid(param, f"'{param}' must be >= 0")
+    return number
+
+
+def _positive(value: object, param: str) -> float:
+    number = as_number(value, param)
+    if number <= 0:
+        raise invalid(param, f"'{param}' must be > 0")
+    return number
+
+
+def _max_tokens(value: object, param: str) -> int | None:
+    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", "unlimited"):
+        return None
+    return as_int(value, param, minimum=1)
+
+
+_OMNI_READERS: tuple[tuple[str, str, Any], ...] = (
+    ("ref_audio", "ref_audio", lambda v, p: as_str(v, p, nonempty=True)),
+    ("temperature", "temperature", _nonnegative),
+    ("overlap_policy", "overlap_policy", lambda v, p: as_str(v, p, nonempty=True)),
+    ("overlap_short_ack_ms", "overlap_short_ack_ms", _nonnegative),
+    ("overlap_barge_in_ms", "overlap_barge_in_ms", _nonnegative),
+    ("overlap_silence_rms", "overlap_silence_rms", _nonnegative),
+    ("playback_commit_policy", "playback_commit_policy", lambda v, p: as_str(v, p, nonempty=True)),
+    ("idle_timeout_s", "idle_timeout_s", _positive),
+    ("initial_user_text", "initial_user_text", as_str),
+    ("use_tts_template", "use_tts_template", as_bool),
+)
+
+
+def _omni_fields(
+    session: Mapping[str, object], ain: Mapping[str, object] | None, path: str, in_path: str
+) -> dict[str, Any]:
+    """vLLM-Omni's session fields (``null`` puts one back to the engine's default)."""
+    fields: dict[str, Any] = {}
+    for key, name, read in _OMNI_READERS:
+        if key in session:
+            value = session[key]
+            fields[name] = None if value is None else read(value, join(path, key))
+    for key in ("max_output_tokens", "max_response_output_tokens", "max_tokens"):
+        if key in session:
+            value = session[key]
+            fields["max_output_tokens"] = None if value is None else _max_tokens(value, join(path, key))
+            break
+    if ain is not None and "noise_reduction" in ain:
+        source, param = ain["noise_reduction"], join(in_path, "noise_reduction")
+    elif "input_audio_noise_reduction" in session:
+        source, param = session["input_audio_noise_reduction"], join(path, "input_audio_noise_reduction")
+    else:
+        return fields
+    fields["noise_reduction"] = None if source is None else dict(as_object(source, param))
+    return fields
 
 
 _KINDS = {kind.value: kind for kind in SessionKind}
@@ -516,9 +580,31 @@ def session_payload(
                 },
             },
         }
+    payload.update(_omni_payload(config, beta=beta))
+    if config.noise_reduction is not None:
+        if beta:
+            payload["input_audio_noise_reduction"] = dict(config.noise_reduction)
+        else:
+            audio = payload["audio"]
+            assert isinstance(audio, dict)
+            audio["input"]["noise_reduction"] = dict(config.noise_reduction)
     if capabilities:
         payload["capabilities"] = {key: wire_value(value) for key, value in capabilities}
     return payload
+
+
+def _omni_payload(config: SessionConfig, *, beta: bool) -> JsonObject:
+    """The vLLM-Omni session fields the client set, under the names it set them by."""
+    out: JsonObject = {}
+    for name in VLLM_OMNI_FIELDS:
+        value = getattr(config, name)
+        if value is None or name == "noise_reduction" or (name == "extra_body" and not value):
+            continue
+        if name == "max_output_tokens":
+            out["max_response_output_tokens" if beta else "max_output_tokens"] = value
+        else:
+            out[name] = wire_value(value)
+    return out
 
 
 def wire_value(value: object) -> object:

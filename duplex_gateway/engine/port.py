@@ -23,6 +23,7 @@ __all__ = [
     "EngineEvent",
     "EngineInputTranscript",
     "EngineInputTranscriptFailed",
+    "EngineRefused",
     "EngineResponseDone",
     "EngineResponseStarted",
     "EngineSession",
@@ -67,6 +68,15 @@ class EngineSessionLimit(Exception):
 
 class EngineUnavailable(Exception):
     """The engine cannot open sessions right now (not started, or dead)."""
+
+
+class EngineRefused(Exception):
+    """The engine refused a call (e.g. a configuration it cannot take); the session goes on."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
 
 
 # -- events an engine session produces ---------------------------------------
@@ -234,7 +244,11 @@ class EngineSession(abc.ABC):
 
     @abc.abstractmethod
     async def update(self, config: SessionConfig) -> None:
-        """The client changed its session configuration."""
+        """The client changed its session configuration.
+
+        Returns once the engine has taken it; raises :class:`EngineRefused` if it refused it
+        (the engine keeps its previous configuration).
+        """
 
     @abc.abstractmethod
     async def close(self, reason: str) -> None:

@@ -52,6 +52,7 @@ from duplex_gateway.audio import codec
 from duplex_gateway.audio.format import Encoding
 from duplex_gateway.audio.resample import StreamResampler
 from duplex_gateway.engine import port
+from duplex_gateway.engine.omni_fields import changed_fields, omni_session_fields
 from duplex_gateway.session_config import Modality, SessionConfig
 
 __all__ = [
@@ -255,6 +256,9 @@ class VllmOmniSession(port.EngineSession):
         self._finished: dict[str, _Reply] = {}
         #: The last finished reply nobody reported playback for: (engine id, engine ms).
         self._unacked: tuple[str, int] | None = None
+        #: Updates sent and not answered yet, oldest first: event id -> its answer.
+        self._updates: dict[str, asyncio.Future[None]] = {}
+        self._update_ids = 0
         self._closed = False
         self._closed_event = asyncio.Event()
         self._pump = asyncio.create_task(self._run(), name=f"vllm-omni-events:{session_id}")
@@ -322,8 +326,22 @@ class VllmOmniSession(port.EngineSession):
         await self._handle.ack_playback(played, response_id=engine_id)
 
     async def update(self, config: SessionConfig) -> None:
+        # Only what changed: vLLM-Omni refuses an update naming ``voice`` once audio was made.
+        patch = changed_fields(
+            self._engine._session_patch(self._config, initial=False),
+            self._engine._session_patch(config, initial=False),
+        )
+        if patch:
+            self._update_ids += 1
+            event_id = f"gw_update_{self._update_ids}"
+            answer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._updates[event_id] = answer
+            try:
+                await self._handle.submit(self._engine.update_command(patch, event_id))
+                await answer  # session.updated, or the error that refused it
+            finally:
+                self._updates.pop(event_id, None)
         self._config = config
-        await self._handle.update(self._engine._session_patch(config, initial=False))
 
     async def close(self, reason: str) -> None:
         if self._closed:
@@ -374,6 +392,10 @@ class VllmOmniSession(port.EngineSession):
             return
         self._closed = True
         self._closed_event.set()
+        for answer in self._updates.values():
+            if not answer.done():
+                answer.set_exception(port.EngineRefused("session_closed", "the engine session ended"))
+        self._updates.clear()
         self._engine._release(self._session_id)
         self._put_nowait(port.EngineClosed(reason=reason))
 
@@ -428,9 +450,16 @@ class VllmOmniSession(port.EngineSession):
         if kind == "conversation.item.input_audio_transcription.completed":
             transcript = str(getattr(event, "transcript", "") or "")
             return [port.EngineInputTranscript(item_id="", text=transcript, final=True)] if transcript else []
+        if kind == "session.updated":
+            self._answer_update(None, None)
+            return []
         if kind == "error":
             code = str(getattr(event, "code", "") or "engine_error")
             message = str(getattr(event, "message", "") or "")
+            related = getattr(event, "related_event_id", None)
+            if related in self._updates:
+                self._answer_update(str(related), port.EngineRefused(code, message))
+                return []
             if code.startswith(_PLAYBACK_ERROR_PREFIX) or code == _REPLY_ALREADY_OVER:
                 # About a reply the gateway has already closed out (a cancel crossing the
                 # reply's own end): the client was answered; nothing went wrong for it.
@@ -438,6 +467,18 @@ class VllmOmniSession(port.EngineSession):
                 return []
             return [port.EngineError(code=code, message=message)]
         return []
+
+    def _answer_update(self, event_id: str | None, refusal: port.EngineRefused | None) -> None:
+        """Settle update ``event_id`` (None: the oldest; vLLM-Omni answers updates in order)."""
+        if event_id is None:
+            event_id = next(iter(self._updates), None)
+        answer = self._updates.pop(event_id, None) if event_id is not None else None
+        if answer is None or answer.done():
+            return
+        if refusal is None:
+            answer.set_result(None)
+        else:
+            answer.set_exception(refusal)
 
     def _on_response_created(self, engine_id: str | None) -> list[port.EngineEvent]:
         if not engine_id or engine_id in self._replies:
@@ -636,7 +677,7 @@ class VllmOmniEngine(port.Engine):
         if omni is None or not self.ready:
             raise port.EngineUnavailable("the vLLM-Omni engine is not running")
         try:
-            handle = await omni.open_session(self._session_patch(config, initial=True), timeout=self.control_timeout_s)
+            handle = await omni.open_session(self._open_config(config), timeout=self.control_timeout_s)
         except self._error_cls as exc:
             code = getattr(exc, "code", "")
             if code == "resource_exhausted":
@@ -647,6 +688,22 @@ class VllmOmniEngine(port.Engine):
         session = VllmOmniSession(self, session_id, handle, config)
         self._sessions[session_id] = session
         return session
+
+    def _open_config(self, config: SessionConfig) -> Any:
+        """What the engine session is opened with: the Realtime session object, or, for the
+        fields vLLM-Omni's Realtime parser does not read (``use_tts_template``), its typed config."""
+        patch = self._session_patch(config, initial=True)
+        if config.use_tts_template is None:
+            return patch
+        config_module = importlib.import_module("vllm_omni.engine.duplex.config")
+        typed = config_module.DuplexSessionConfig.from_realtime(patch, model=getattr(self._omni, "model", None))
+        typed.use_tts_template = config.use_tts_template
+        return typed
+
+    def update_command(self, patch: dict[str, object], event_id: str) -> Any:
+        """vLLM-Omni's ``UpdateSession`` command for ``patch``; its answer names ``event_id``."""
+        commands = importlib.import_module("vllm_omni.engine.duplex.commands")
+        return commands.UpdateSession(patch=patch, event_id=event_id)
 
     def _session_patch(self, config: SessionConfig, *, initial: bool) -> dict[str, object]:
         """The Realtime ``session`` object the engine session is opened / updated with."""
@@ -661,6 +718,9 @@ class VllmOmniEngine(port.Engine):
             patch["input_audio_format"] = "pcm16"
         if config.voice and config.voice != "default":
             patch["voice"] = config.voice
+        patch.update(omni_session_fields(config))
+        # The gateway session decides which commits are answered (it reads auto_response itself).
+        patch["extra_body"] = {**config.extra_body, "auto_response": False}
         td = config.turn_detection
         if self._caps.detects_turns and td is not None:
             patch["turn_detection"] = {

@@ -174,6 +174,7 @@ def test_session_update_ga_shape() -> None:
             idle_timeout_ms=5000,
         ),
         input_transcription=InputTranscription(),
+        noise_reduction={"type": "near_field"},
     )
 
 
@@ -199,6 +200,8 @@ def test_session_update_beta_flat_shape() -> None:
         output_format=fmt(Encoding.G711_ALAW, 8000),
         turn_detection=TurnDetection(silence_duration_ms=700),
         input_transcription=InputTranscription(),
+        temperature=0.8,
+        max_output_tokens=None,  # "inf"
     )
 
 
@@ -229,6 +232,8 @@ def test_session_update_duplex_client_shape() -> None:
             output_format=fmt(PCM16, 24000),
             turn_detection=None,
             auto_response=True,
+            # The model's own knobs are kept for the engine, auto_response among them.
+            extra_body={"auto_response": True, "force_listen_count": 0},
         )
     )
 
@@ -255,6 +260,45 @@ def test_extra_body_auto_response_is_read_as_vllm_omni_reads_it(
 def test_no_extra_body_leaves_auto_response_as_it_was() -> None:
     assert patch_of({"instructions": "hi"}).auto_response is UNSET
     assert patch_of({"extra_body": None}).auto_response is UNSET
+
+
+def test_vllm_omni_session_fields_are_read_and_echoed() -> None:
+    session = {
+        "ref_audio": "data:audio/wav;base64,AAAA",
+        "temperature": 0.6,
+        "max_tokens": 256,
+        "overlap_policy": "barge_in",
+        "overlap_short_ack_ms": 500,
+        "overlap_barge_in_ms": 900,
+        "overlap_silence_rms": 0.01,
+        "playback_commit_policy": "ack_only",
+        "idle_timeout_s": 42.0,
+        "input_audio_noise_reduction": {"type": "far_field"},
+        "initial_user_text": "hello",
+        "use_tts_template": False,
+        "extra_body": {"force_listen_count": 3},
+    }
+    patch = patch_of(session)
+    config = SessionConfig().apply(patch)
+    assert (config.ref_audio, config.temperature, config.max_output_tokens) == (session["ref_audio"], 0.6, 256)
+    assert (config.overlap_policy, config.overlap_short_ack_ms, config.overlap_barge_in_ms) == ("barge_in", 500, 900)
+    assert (config.overlap_silence_rms, config.playback_commit_policy, config.idle_timeout_s) == (0.01, "ack_only", 42)
+    assert config.noise_reduction == {"type": "far_field"}
+    assert (config.initial_user_text, config.use_tts_template) == ("hello", False)
+    assert config.extra_body == {"force_listen_count": 3} and config.auto_response is False
+    beta = session_payload(config, session_id="s", beta=True)
+    ga = session_payload(config, session_id="s", beta=False)
+    for key in ("ref_audio", "temperature", "overlap_policy", "playback_commit_policy", "idle_timeout_s",
+                "initial_user_text", "use_tts_template", "extra_body"):
+        assert beta[key] == ga[key] == session[key], key
+    assert beta["max_response_output_tokens"] == ga["max_output_tokens"] == 256
+    assert beta["input_audio_noise_reduction"] == ga["audio"]["input"]["noise_reduction"] == {"type": "far_field"}  # type: ignore[index]
+    # null puts a field back to the engine's default; "inf" is no limit.
+    assert SessionConfig().apply(patch_of({"temperature": None, "max_output_tokens": "inf"})).temperature is None
+    for bad in ({"temperature": -1}, {"max_tokens": 0}, {"use_tts_template": "yes"}, {"extra_body": [1]},
+                {"idle_timeout_s": 0}, {"ref_audio": 3}):
+        with pytest.raises(ProtocolError):
+            patch_of(bad)
 
 
 def test_session_update_empty_and_unknown_keys_change_nothing() -> None:

@@ -16,6 +16,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,62 @@ def test_session_object_is_read_by_a_gateway_as_pcm16_at_the_engine_rates_withou
     assert (patch.output_format.encoding, patch.output_format.rate) == ("pcm16", OUT_RATE)  # type: ignore[union-attr]
     assert patch.turn_detection is None
     assert patch.instructions == "be brief" and patch.voice == "alloy"
+
+
+KNOBS = {
+    "ref_audio": "data:audio/wav;base64,AAAA",
+    "temperature": 0.6,
+    "max_output_tokens": 128,
+    "overlap_policy": "barge_in",
+    "overlap_short_ack_ms": 500,
+    "overlap_barge_in_ms": 900,
+    "overlap_silence_rms": 0.01,
+    "playback_commit_policy": "ack_only",
+    "idle_timeout_s": 42.0,
+    "input_audio_noise_reduction": {"type": "far_field"},
+    "initial_user_text": "hello",
+    "use_tts_template": False,
+}
+
+
+def test_every_vllm_omni_session_field_reaches_the_backend_and_extra_body_is_kept() -> None:
+    config = SessionConfig().apply(
+        parse_session_patch({**KNOBS, "extra_body": {"force_listen_count": 2, "auto_response": True}})
+    )
+    assert config.auto_response is True  # the gateway answers the client's commits itself...
+    w = wire(BackendKind.VLLM_OMNI)
+    opening = w.session_update(config, initial=True)
+    assert opening is not None
+    session = opening["session"]
+    for key, value in KNOBS.items():
+        assert session[key] == value, key
+    # ...so the backend never answers a commit on its own; the model's knobs go as sent.
+    assert session["extra_body"] == {"force_listen_count": 2, "auto_response": False}
+
+
+def test_an_update_sends_only_what_changed_and_is_taken_when_the_backend_answers() -> None:
+    w = wire(BackendKind.VLLM_OMNI)
+    config = SessionConfig(voice="nova", instructions="a")
+    w.session_update(config, initial=True)
+    w.receive({"type": "session.updated", "session": {}})  # vLLM-Omni's answer to the open
+    assert w.session_update(config, initial=False) is None  # nothing changed: nothing to send
+    update = w.session_update(replace(config, instructions="b", temperature=0.5), initial=False)
+    assert update is not None and update["session"] == {"instructions": "b", "temperature": 0.5}  # no voice
+    assert w.take_update_answers() == []
+    w.receive({"type": "session.updated", "session": {}})
+    assert w.take_update_answers() == [(update["event_id"], None)]
+    # A refused update: the backend's error about it is the answer, not an engine error.
+    refused = w.session_update(replace(config, instructions="b", temperature=0.5, voice="alloy"), initial=False)
+    assert refused is not None and refused["session"] == {"voice": "alloy"}
+    error = {"type": "error", "error": {"code": "voice_update_after_audio_unsupported", "message": "no",
+                                        "event_id": refused["event_id"]}}
+    assert w.receive(error) == []
+    ((event_id, refusal),) = w.take_update_answers()
+    assert event_id == refused["event_id"] and isinstance(refusal, port.EngineRefused)
+    assert refusal.code == "voice_update_after_audio_unsupported"
+    # The backend kept its voice, so asking for it again is a change again.
+    again = w.session_update(replace(config, instructions="b", temperature=0.5, voice="alloy"), initial=False)
+    assert again is not None and again["session"] == {"voice": "alloy"}
 
 
 def test_detect_kind() -> None:

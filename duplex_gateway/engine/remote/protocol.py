@@ -42,6 +42,7 @@ from duplex_gateway.audio import codec
 from duplex_gateway.audio.format import Encoding
 from duplex_gateway.audio.resample import StreamResampler
 from duplex_gateway.engine import port
+from duplex_gateway.engine.omni_fields import changed_fields, omni_session_fields
 from duplex_gateway.session_config import Modality, SessionConfig
 
 __all__ = [
@@ -113,13 +114,15 @@ def session_object(config: SessionConfig, *, input_rate: int, output_rate: int, 
         "modalities": modalities,
         "instructions": config.instructions or None,
         "turn_detection": None,
-        # Turns are answered when the gateway asks, never on a commit alone.
-        "extra_body": {"auto_response": False},
     }
     if config.voice and config.voice != "default":
         session["voice"] = config.voice
     if config.speed != 1.0:
         session["speed"] = config.speed
+    session.update(omni_session_fields(config))
+    # The model's knobs go as the client sent them; turns are answered when the gateway
+    # asks, never on a commit alone (the gateway reads auto_response itself).
+    session["extra_body"] = {**config.extra_body, "auto_response": False}
     if initial:
         session.update(
             {
@@ -274,6 +277,14 @@ class BackendWire:
         #: vLLM-Omni: finished replies with audio that nobody reported playback for (backend ids).
         self._unreported: list[str] = []
         self._outgoing: list[JsonObject] = []
+        #: The session object last sent (an update sends what differs from it).
+        self._session: JsonObject = {}
+        #: Updates sent and not answered yet (event ids, oldest first), and the answers to take.
+        self._updates: deque[tuple[str, JsonObject]] = deque()  # (event id, the session before it)
+        self._update_answers: list[tuple[str, port.EngineRefused | None]] = []
+        #: vLLM-Omni answers the opening session.update with session.updated right after
+        #: session.created: that one answers none of the updates sent since.
+        self._open_echo = True
 
     # -- port calls -> client events ----------------------------------------------------------
 
@@ -285,11 +296,30 @@ class BackendWire:
                 self._sent.popitem(last=False)
         return {"type": kind, "event_id": event_id, **fields}
 
-    def session_update(self, config: SessionConfig, *, initial: bool) -> JsonObject:
-        session = session_object(
-            config, input_rate=self.input_rate, output_rate=self.output_rate, initial=initial
-        )
-        return self._event("session.update", session=session)
+    def session_update(self, config: SessionConfig, *, initial: bool) -> JsonObject | None:
+        """The ``session.update`` for ``config``: whole when opening, else only what changed
+        (None: nothing did). An update's answer is taken by :meth:`take_update_answers`."""
+        session = session_object(config, input_rate=self.input_rate, output_rate=self.output_rate, initial=False)
+        if initial:
+            self._session = session
+            return self._event(
+                "session.update",
+                session=session_object(
+                    config, input_rate=self.input_rate, output_rate=self.output_rate, initial=True
+                ),
+            )
+        changes = changed_fields(self._session, session)
+        if not changes:
+            return None
+        event = self._event("session.update", remember=True, session=changes)
+        self._updates.append((str(event["event_id"]), self._session))
+        self._session = session
+        return event
+
+    def take_update_answers(self) -> list[tuple[str, port.EngineRefused | None]]:
+        """Updates the backend answered since the last call: (event id, None if taken, else its refusal)."""
+        out, self._update_answers = self._update_answers, []
+        return out
 
     def append_audio(self, pcm: bytes) -> list[JsonObject]:
         out = self._ack_unreported()
@@ -457,6 +487,12 @@ class BackendWire:
             # still brackets each commit with these; passed on, the gateway session would
             # take them for the caller talking (and cut off the reply it just asked for).
             return []
+        if kind == "session.updated":
+            if self._open_echo and self.kind is BackendKind.VLLM_OMNI:
+                self._open_echo = False
+            elif self._updates:
+                self._update_answers.append((self._updates.popleft()[0], None))
+            return []
         if kind == "error":
             return self._error(event)
         return []
@@ -566,6 +602,14 @@ class BackendWire:
             for commit in list(self._commits):
                 if commit[0] == related:
                     self._commits.remove(commit)  # refused: no input_audio_buffer.committed will follow
+            for index, (event_id, before) in enumerate(self._updates):
+                if event_id == related:
+                    # The backend refused this update and keeps its previous configuration.
+                    del self._updates[index]
+                    if index == len(self._updates):  # the latest: what the backend holds is before it
+                        self._session = before
+                    self._update_answers.append((related, port.EngineRefused(code, message or code)))
+                    return []
             about = self._sent.get(related)
             if about in ("response.cancel", "playback.ack", "barge_in"):
                 # About a reply that already ended on the backend (a race the gateway has fenced).

@@ -135,7 +135,9 @@ async def open_backend_session(
         )
         # A full gateway refuses before it reads anything: its error is already queued.
         with contextlib.suppress(ConnectionClosed):
-            await ws.send(_dumps(wire.session_update(config, initial=True)))
+            opening = wire.session_update(config, initial=True)
+            assert opening is not None
+            await ws.send(_dumps(opening))
         created = await _await_created(ws, backend, options.handshake_timeout_s)
     except BaseException:
         await _abort(ws)
@@ -204,6 +206,8 @@ class RemoteSession(port.EngineSession):
         self._closing = False
         self._ended = False
         self._backend_closed = asyncio.Event()
+        #: Updates sent and not answered yet: event id -> its answer.
+        self._updates: dict[str, asyncio.Future[None]] = {}
         self._last_sent = asyncio.get_running_loop().time()
         self._reader = asyncio.create_task(self._read_loop(), name=f"remote-reader:{session_id}")
 
@@ -246,7 +250,17 @@ class RemoteSession(port.EngineSession):
         await self._send(self._wire.ack_playback(response_id=response_id, played_ms=played_ms))
 
     async def update(self, config: SessionConfig) -> None:
-        await self._send([self._wire.session_update(config, initial=False)])
+        event = self._wire.session_update(config, initial=False)
+        if event is None:
+            return  # nothing the backend holds changed
+        answer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        event_id = str(event["event_id"])
+        self._updates[event_id] = answer
+        try:
+            await self._send([event])
+            await answer  # the backend's session.updated, or the error that refused it
+        finally:
+            self._updates.pop(event_id, None)
 
     async def close(self, reason: str) -> None:
         if self._closing:
@@ -355,6 +369,8 @@ class RemoteSession(port.EngineSession):
             return False
         for out in self._wire.receive(event):
             await self._events.put(out)
+        for event_id, refusal in self._wire.take_update_answers():
+            self._settle_update(event_id, refusal)
         late = self._wire.take_outgoing()
         if late:
             await self._send(late)
@@ -457,10 +473,21 @@ class RemoteSession(port.EngineSession):
         self._events.put_urgent(port.EngineError(code=code, message=message, fatal=True))
         self._end(port.EngineClosed(reason=code))
 
+    def _settle_update(self, event_id: str, refusal: port.EngineRefused | None) -> None:
+        answer = self._updates.pop(event_id, None)
+        if answer is None or answer.done():
+            return
+        if refusal is None:
+            answer.set_result(None)
+        else:
+            answer.set_exception(refusal)
+
     def _end(self, closed: port.EngineClosed) -> None:
         if self._ended:
             return
         self._ended = True
+        for event_id in list(self._updates):
+            self._settle_update(event_id, port.EngineRefused("session_closed", "the backend session ended"))
         self._held = None
         self._events.put_urgent(closed)
         self._on_end(self)

@@ -11,6 +11,7 @@ runner, the orchestrator, the output processor -- is vLLM-Omni's real code.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -212,7 +213,10 @@ class FakeEchoDuplexPlugin(DuplexModelPlugin):
     plugin_id = "fake-echo"
 
     def __init__(self, encode_audio: Any) -> None:
+        from tests.omni.fake_stage.stage import CallLog
+
         self.data_plane = EchoDataPlane(encode_audio)
+        self.calls = CallLog(os.environ.get("FAKE_OMNI_CALL_LOG") or None)
 
     def capabilities(self, *, max_sessions: int) -> DuplexCapabilities:
         return DuplexCapabilities(
@@ -251,6 +255,8 @@ class FakeEchoDuplexPlugin(DuplexModelPlugin):
 
     def runtime_config_for_update(self, config: Any, current: Mapping[str, object]) -> dict[str, object]:
         self.validate_client_extra_body(config.extra_body)
+        # The session config the engine holds (at the open and at every update it takes), for tests.
+        self.calls.write("session_config", config=config.as_dict())
         return {"instructions": config.instructions}
 
     def configure_sampling_params(
