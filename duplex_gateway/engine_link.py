@@ -29,6 +29,7 @@ from duplex_gateway.session import (
     DeleteItem,
     EngineCall,
     StartResponse,
+    TruncateReply,
     UpdateEngine,
 )
 
@@ -152,6 +153,8 @@ class EngineLink:
             return session.barge_in()
         if isinstance(call, AckPlayback):
             return session.ack_playback(response_id=call.response_id, played_ms=call.played_ms)
+        if isinstance(call, TruncateReply):
+            return session.truncate_reply(response_id=call.response_id, audio_end_ms=call.audio_end_ms)
         if isinstance(call, UpdateEngine):
             return session.update(call.config)
         raise TypeError(f"not an engine call: {call!r}")

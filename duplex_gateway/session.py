@@ -46,6 +46,7 @@ __all__ = [
     "ProcessInput",
     "Session",
     "StartResponse",
+    "TruncateReply",
     "UpdateEngine",
 ]
 
@@ -151,6 +152,14 @@ class BargeInEngine(EngineCall):
 class AckPlayback(EngineCall):
     response_id: str
     played_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TruncateReply(EngineCall):
+    """The caller heard only ``audio_end_ms`` of the reply: the model's history keeps only that."""
+
+    response_id: str
+    audio_end_ms: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -562,7 +571,7 @@ class Session:
         else:
             record.item = replace(record.item, transcript=_heard_words(record, heard))
         assert record.response_id is not None
-        outputs.append(AckPlayback(response_id=record.response_id, played_ms=int(heard)))
+        outputs.append(TruncateReply(response_id=record.response_id, audio_end_ms=int(heard)))
         outputs.append(
             ev.ConversationItemTruncated(item_id=command.item_id, content_index=0, audio_end_ms=int(heard))
         )

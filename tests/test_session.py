@@ -28,6 +28,7 @@ from duplex_gateway.session import (
     ProcessInput,
     Session,
     StartResponse,
+    TruncateReply,
     UpdateEngine,
 )
 from duplex_gateway.session_config import (
@@ -419,14 +420,15 @@ def test_truncate_within_and_beyond_produced_audio() -> None:
     s = make()
     item_id = finished_reply(s, 500)
     out = s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=300), now=0)
+    # The engine is told to cut the reply there, not merely that it was heard.
     assert out == [
-        AckPlayback(response_id="resp_1", played_ms=300),
+        TruncateReply(response_id="resp_1", audio_end_ms=300),
         ev.ConversationItemTruncated(item_id=item_id, content_index=0, audio_end_ms=300),
     ]
     # Beyond the audio produced: clamped to all of it, as OpenAI does.
     out = s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=800), now=0)
     assert out == [
-        AckPlayback(response_id="resp_1", played_ms=500),
+        TruncateReply(response_id="resp_1", audio_end_ms=500),
         ev.ConversationItemTruncated(item_id=item_id, content_index=0, audio_end_ms=500),
     ]
     out = s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=-1), now=0)
@@ -747,7 +749,8 @@ def test_truncating_the_playing_reply_ends_it_with_the_heard_transcript() -> Non
     audio(s, 400)
     out = s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=9_000), now=0)
     assert only(out, ev.ResponseDone)[0].output[0].transcript == "One. Two."
-    assert only(out, AckPlayback) == [AckPlayback(response_id="resp_1", played_ms=800)]
+    assert only(out, TruncateReply) == [TruncateReply(response_id="resp_1", audio_end_ms=800)]
+    assert only(out, AckPlayback) == []
 
 
 # -- caller transcripts ------------------------------------------------------------------

@@ -242,6 +242,14 @@ class EngineSession(abc.ABC):
     async def ack_playback(self, *, response_id: str, played_ms: int) -> None:
         """The caller has heard ``played_ms`` of the reply."""
 
+    async def truncate_reply(self, *, response_id: str, audio_end_ms: int) -> None:
+        """The caller heard only ``audio_end_ms`` of the reply (``conversation.item.truncate``).
+
+        Engines that keep the conversation cut the reply there; the default reports it
+        as playback, for engines that keep none.
+        """
+        await self.ack_playback(response_id=response_id, played_ms=audio_end_ms)
+
     @abc.abstractmethod
     async def update(self, config: SessionConfig) -> None:
         """The client changed its session configuration.

@@ -23,9 +23,11 @@ handle event                        port event
 
 vLLM-Omni keeps a playback ledger: until the client says how much of a reply it
 played, the next user turn counts as talking over it and gets no answer. The
-gateway passes on what clients report (``playback.ack`` and truncation); for a
-reply nobody reported on, the session acknowledges what was produced before the
-caller's next input reaches the engine.
+gateway passes on what clients report: ``playback.ack`` as an ack, and
+``conversation.item.truncate`` as vLLM-Omni's truncate (``truncate_item``), which
+cuts the reply in the model's history to what the caller heard. A reply nobody
+reported on is acknowledged in full at the caller's next commit or
+``response.create``.
 
 vLLM, vLLM-Omni and torch are imported only when this engine starts.
 """
@@ -270,7 +272,8 @@ class VllmOmniSession(port.EngineSession):
     # -- port calls -----------------------------------------------------------------------
 
     async def append_audio(self, pcm: bytes) -> None:
-        await self._ack_unreported()
+        # A reply nobody reported on is acknowledged at the commit, not here: the caller may
+        # still report (or truncate) it while speaking.
         # Gateway VAD (or the client's commits) decides turns: all audio handed over is the turn's.
         is_speech = None if self._engine_vad else True
         await self._handle.append_audio(pcm, format="pcm16", sample_rate_hz=self._input_rate, is_speech=is_speech)
@@ -324,6 +327,20 @@ class VllmOmniSession(port.EngineSession):
             self._unacked = None
         played = reply.engine_ms(int(played_ms)) if reply is not None else int(played_ms)
         await self._handle.ack_playback(played, response_id=engine_id)
+
+    async def truncate_reply(self, *, response_id: str, audio_end_ms: int) -> None:
+        engine_id = self._engine_id(response_id) or response_id
+        reply = self._replies.get(engine_id) or self._finished.get(engine_id)
+        if self._unacked is not None and self._unacked[0] == engine_id:
+            self._unacked = None
+        end = reply.engine_ms(int(audio_end_ms)) if reply is not None else int(audio_end_ms)
+        # vLLM-Omni's truncate: its history keeps only the words spoken before ``end`` (a hard cap).
+        await self._handle.truncate_item(f"item_{engine_id}", audio_end_ms=end)
+        if reply is not None and reply.audio.samples:
+            # The caller's playback of it is over: under vLLM-Omni's ACK_ONLY ledger a reply
+            # acknowledged only in part keeps the turn busy, so the rest is acknowledged too
+            # (the history stays cut at the truncation).
+            await self._handle.ack_playback(reply.engine_ms(reply.audio.produced_ms), response_id=engine_id)
 
     async def update(self, config: SessionConfig) -> None:
         # Only what changed: vLLM-Omni refuses an update naming ``voice`` once audio was made.

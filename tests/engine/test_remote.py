@@ -256,23 +256,62 @@ def test_errors_about_a_refused_create_or_a_late_cancel() -> None:
     assert w.receive(late) == []
 
 
-def test_vllm_omni_gets_unreported_playback_acknowledged_before_the_next_turn() -> None:
+def test_vllm_omni_gets_unreported_playback_acknowledged_at_the_next_commit_or_response_create() -> None:
     w = wire(BackendKind.VLLM_OMNI)
     w.commit(item_id="i1", response_id="resp_for_i1")
     w.receive(created("r1"))
     w.receive(audio_delta("r1", bytes(4800), metadata={"audio_duration_ms": 100}))
     w.receive(done("r1"))
-    first, append = w.append_audio(bytes(320))
-    assert first == {**first, "type": "playback.ack", "response_id": "r1", "played_ms": 100}
-    assert append["type"] == "input_audio_buffer.append"
+    # The caller speaks: nothing is acknowledged yet (the client may still report or truncate).
     assert [e["type"] for e in w.append_audio(bytes(320))] == ["input_audio_buffer.append"]
+    first, commit = w.commit(item_id="i2", response_id="resp_for_i2")
+    assert first == {**first, "type": "playback.ack", "response_id": "r1", "played_ms": 100}
+    assert commit["type"] == "input_audio_buffer.commit"
+    # Acknowledged once: a response.create after it sends no second ack.
+    assert [e["type"] for e in w.create_response(response_id="resp_x", instructions=None)] == ["response.create"]
+    # ...and an unreported reply is acknowledged before a response.create too.
+    w.receive(created("r2"))
+    w.receive(audio_delta("r2", bytes(4800), metadata={"audio_duration_ms": 100}))
+    w.receive(done("r2"))
+    ack, _ = w.create_response(response_id="resp_y", instructions=None)
+    assert ack == {**ack, "type": "playback.ack", "response_id": "r2", "played_ms": 100}
     # A gateway keeps no such ledger.
     g = wire()
     g.commit(item_id="i1", response_id="resp_for_i1")
     g.receive(created("r1"))
     g.receive(audio_delta("r1", bytes(4800)))
     g.receive(done("r1"))
-    assert [e["type"] for e in g.append_audio(bytes(320))] == ["input_audio_buffer.append"]
+    assert [e["type"] for e in g.commit(item_id="i2", response_id=None)] == ["input_audio_buffer.commit"]
+
+
+def test_a_truncate_is_vllm_omnis_truncate_of_the_reply_item_and_takes_the_place_of_the_ack() -> None:
+    w = wire(BackendKind.VLLM_OMNI)
+    w.commit(item_id="i1", response_id="resp_for_i1")
+    w.receive(created("r1"))
+    # 200 ms delivered, which the backend's ledger counts as 400 ms (a faster speed).
+    w.receive(audio_delta("r1", bytes(9600), metadata={"audio_duration_ms": 400}))
+    w.receive(done("r1"))
+    truncate, release = w.truncate_reply(response_id="resp_for_i1", audio_end_ms=100)
+    assert truncate == {
+        **truncate,
+        "type": "conversation.item.truncate",
+        "item_id": "item_r1",
+        "content_index": 0,
+        "audio_end_ms": 200,
+    }
+    # Then the rest is acknowledged, so vLLM-Omni's ledger frees the turn (its history stays cut).
+    assert release == {**release, "type": "playback.ack", "response_id": "r1", "played_ms": 400}
+    # The reply is accounted for: the next turn carries no full-length ack.
+    assert [e["type"] for e in w.commit(item_id="i2", response_id=None)] == ["input_audio_buffer.commit"]
+    # A backend error about the truncate concerns a reply the gateway already closed out.
+    assert w.receive({"type": "error", "error": {"code": "bad_event", "event_id": truncate["event_id"]}}) == []
+    # A gateway backend hears of it as playback.
+    g = wire()
+    g.commit(item_id="i1", response_id="resp_for_i1")
+    g.receive(created("r1"))
+    g.receive(audio_delta("r1", bytes(4800)))
+    g.receive(done("r1"))
+    assert [e["type"] for e in g.truncate_reply(response_id="resp_for_i1", audio_end_ms=50)] == ["playback.ack"]
 
 
 def test_input_transcripts_name_the_gateway_turn() -> None:

@@ -17,11 +17,11 @@ pytest.importorskip("vllm_omni")
 
 from duplex_gateway.dialects.realtime_session import parse_session_patch
 from duplex_gateway.engine import port
-from duplex_gateway.engine.vllm_omni import VllmOmniEngine
+from duplex_gateway.engine.vllm_omni import VllmOmniEngine, VllmOmniSession
 from duplex_gateway.session_config import SessionConfig
 from tests.omni import fake_stage
 from tests.omni.conftest import read_calls
-from tests.omni.test_engines_in_process import REPO, Events, done_of, fake_env, running, send_turn
+from tests.omni.test_engines_in_process import ONE_SECOND, REPO, Events, done_of, fake_env, running, send_turn
 
 __all__ = ["fake_env"]  # the fixture, registered by import
 
@@ -94,3 +94,46 @@ async def test_session_fields_reach_the_engine_and_updates_send_only_what_change
         assert engine_configs(fake_env)[-1]["voice"] == "alloy"
         assert not events.of(port.EngineError)  # the refusal is the update's answer, not a session error
         await session.close("done")
+
+
+async def test_a_truncate_shortens_the_engines_history_and_unreported_replies_wait_for_the_commit(
+    fake_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    engine = VllmOmniEngine(factory=fake_stage.duplex_omni)
+    async with running(engine):
+        session = await engine.open_session("s1", SessionConfig())
+        assert isinstance(session, VllmOmniSession)
+        events = Events(session)
+        await send_turn(session)
+        await session.commit(item_id="item_1", response_id="resp_1")
+        await events.wait(done_of("resp_1"))
+        full = "(echo of 1.0 s of your audio)"
+        assert "".join(e.delta for e in events.of(port.EngineTranscript, "resp_1")) == full
+        engine_item = f"item_{session._engine_id('resp_1')}"
+
+        # The caller talks on without reporting playback: no ack goes to the engine on append.
+        await send_turn(session, ONE_SECOND[:6400])
+        assert session._unacked is not None
+
+        # The client says it heard 300 ms of the 1 s reply: the model's history keeps only that.
+        await session.truncate_reply(response_id="resp_1", audio_end_ms=300)
+        await session.clear_input()
+        await send_turn(session)
+        await session.commit(item_id="item_2", response_id="resp_2")
+        # Answered: the truncated reply no longer holds the turn.
+        await events.wait(done_of("resp_2"))
+        history = engine_history(session.engine_session_id)
+        assert engine_item in history, history
+        kept = _text(history[engine_item])
+        assert kept and len(kept) < len(full) and full.startswith(kept), kept
+        assert not events.of(port.EngineError), events.of(port.EngineError)
+        await session.close("done")
+
+
+def _text(message: dict[str, object]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else []
+    return "".join(str(p.get("text") or p.get("transcript") or "") for p in parts if isinstance(p, dict))

@@ -11,7 +11,7 @@ engine's output rate, and the playback ledger vLLM-Omni insists on.
 Pure: no asyncio, no socket, no clock. :mod:`duplex_gateway.engine.remote.session`
 does the I/O.
 
-The two kinds of backend differ in two places only (found from the
+The two kinds of backend differ in three places (found from the
 ``session.created`` they send, see :func:`detect_kind`):
 
 * a vLLM-Omni turn is committed with ``input_audio_buffer.commit
@@ -19,7 +19,11 @@ The two kinds of backend differ in two places only (found from the
   commit only after an explicit ``response.create``;
 * vLLM-Omni's ``ACK_ONLY`` playback policy treats the next caller turn as talking
   over the last reply unless that reply was acknowledged, so a reply the client
-  never reported on is acknowledged in full before the caller's next input.
+  never reported on is acknowledged in full at the caller's next commit or
+  ``response.create``;
+* a truncated reply is cut in a vLLM-Omni backend's history with
+  ``conversation.item.truncate`` (its assistant items are ``item_<response id>``);
+  a gateway backend hears of it as a ``playback.ack``.
 """
 
 from __future__ import annotations
@@ -322,16 +326,16 @@ class BackendWire:
         return out
 
     def append_audio(self, pcm: bytes) -> list[JsonObject]:
-        out = self._ack_unreported()
-        out.append(
+        # A reply nobody reported on is acknowledged at the commit, not here: the caller may
+        # still report (or truncate) it while speaking.
+        return [
             self._event(
                 "input_audio_buffer.append",
                 audio=base64.b64encode(pcm).decode("ascii"),
                 format="pcm16",
                 sample_rate_hz=self.input_rate,
             )
-        )
-        return out
+        ]
 
     def commit(self, *, item_id: str, response_id: str | None) -> list[JsonObject]:
         out = self._ack_unreported()
@@ -413,6 +417,36 @@ class BackendWire:
         if backend_id in self._unreported:
             self._unreported.remove(backend_id)
         return [self._event("playback.ack", remember=True, response_id=backend_id, played_ms=played)]
+
+    def truncate_reply(self, *, response_id: str, audio_end_ms: int) -> list[JsonObject]:
+        """The caller heard only ``audio_end_ms`` of the reply: vLLM-Omni cuts it there in its history."""
+        if self.kind is not BackendKind.VLLM_OMNI:
+            # A gateway backend learns of it as playback (its item ids are its own).
+            return self.ack_playback(response_id=response_id, played_ms=audio_end_ms)
+        backend_id = self._backend_id(response_id) or response_id
+        reply = self._replies.get(backend_id) or self._finished.get(backend_id)
+        end = int(audio_end_ms)
+        if reply is not None:
+            reply.acked = True
+            end = reply.backend_played(end)
+        if backend_id in self._unreported:
+            self._unreported.remove(backend_id)
+        out = [
+            self._event(
+                "conversation.item.truncate",
+                remember=True,
+                item_id=f"item_{backend_id}",
+                content_index=0,
+                audio_end_ms=end,
+            )
+        ]
+        if reply is not None and reply.samples:
+            # The caller's playback of it is over: under vLLM-Omni's ACK_ONLY ledger a reply
+            # acknowledged only in part keeps the turn busy, so the rest is acknowledged too
+            # (the history stays cut at the truncation, a hard cap).
+            played = int(reply.backend_ms) if reply.backend_ms > 0 else int(reply.produced_ms)
+            out.append(self._event("playback.ack", remember=True, response_id=backend_id, played_ms=played))
+        return out
 
     def close(self, reason: str) -> JsonObject:
         return self._event("session.close", reason=reason)
@@ -611,7 +645,7 @@ class BackendWire:
                     self._update_answers.append((related, port.EngineRefused(code, message or code)))
                     return []
             about = self._sent.get(related)
-            if about in ("response.cancel", "playback.ack", "barge_in"):
+            if about in ("response.cancel", "playback.ack", "barge_in", "conversation.item.truncate"):
                 # About a reply that already ended on the backend (a race the gateway has fenced).
                 logger.info("backend refused %s: %s: %s", about, code, message)
                 return []

@@ -249,6 +249,9 @@ class RemoteSession(port.EngineSession):
     async def ack_playback(self, *, response_id: str, played_ms: int) -> None:
         await self._send(self._wire.ack_playback(response_id=response_id, played_ms=played_ms))
 
+    async def truncate_reply(self, *, response_id: str, audio_end_ms: int) -> None:
+        await self._send(self._wire.truncate_reply(response_id=response_id, audio_end_ms=audio_end_ms))
+
     async def update(self, config: SessionConfig) -> None:
         event = self._wire.session_update(config, initial=False)
         if event is None:
