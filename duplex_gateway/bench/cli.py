@@ -37,6 +37,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", type=Path, help="write the markdown report here (e.g. docs/benchmarks.md)")
     parser.add_argument("--plots", type=Path, help="write the PNG plots into this folder (needs matplotlib)")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.add_argument(
+        "--analysis", type=Path,
+        help="markdown file included in the report after the goals (why a goal is missed, with the profile)",
+    )
+    parser.add_argument(
+        "--rerender", type=Path, metavar="JSON",
+        help="measure nothing: write the report (and plots) from the results of an earlier run",
+    )
 
 
 def _targets(args: argparse.Namespace) -> list[Target]:
@@ -72,9 +80,12 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         speech=args.speech, seed=args.seed, progress=not args.quiet,
     )
     command = "duplex-gateway bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[2:]))
-    data = _run(run_all(_targets(args), options))
-    data["command"] = command.strip()
-    data["machine"] = machine()
+    if args.rerender is not None:
+        data = json.loads(args.rerender.read_text(encoding="utf-8"))
+    else:
+        data = _run(run_all(_targets(args), options))
+        data["command"] = command.strip()
+        data["machine"] = machine()
     plots: list[Path] = []
     if args.plots is not None:
         from duplex_gateway.bench.plots import write_plots
@@ -83,7 +94,8 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    text = render(data, plots=plots, relative_to=args.report.parent if args.report else None)
+    analysis = args.analysis.read_text(encoding="utf-8") if args.analysis is not None else None
+    text = render(data, plots=plots, relative_to=args.report.parent if args.report else None, analysis=analysis)
     if args.report is not None:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(text, encoding="utf-8")

@@ -213,8 +213,10 @@ def _goals_table(data: dict[str, Any]) -> list[str]:
     return rows
 
 
-def render(data: dict[str, Any], *, plots: Sequence[Path] = (), relative_to: Path | None = None) -> str:
-    """The report as markdown."""
+def render(
+    data: dict[str, Any], *, plots: Sequence[Path] = (), relative_to: Path | None = None, analysis: str | None = None
+) -> str:
+    """The report as markdown; ``analysis`` (markdown) follows the goals: why a missed goal is missed."""
     m = data.get("machine", {})
     titles = {t["name"]: t for t in data["targets"]}
     out = [
@@ -243,6 +245,8 @@ def render(data: dict[str, Any], *, plots: Sequence[Path] = (), relative_to: Pat
             if rows:
                 out += [f"### `{t['name']}` / `{t['peer']}`", "", *rows, ""]
     out += ["## Goals of the capacity work (issue 9)", "", *_goals_table(data), ""]
+    if analysis:
+        out += [analysis.strip(), ""]
     if plots:
         out += ["## Plots", ""]
         for p in plots:

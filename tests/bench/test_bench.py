@@ -47,3 +47,18 @@ def test_smoke_run_measures_floor_and_gateway(tmp_path: Path) -> None:
         assert "rss_per_session_kb" in r
     report = (tmp_path / "bench.md").read_text(encoding="utf-8")
     assert "`gateway-echo` / `floor`" in report
+
+    # The report is written again from the results, with the analysis that explains them.
+    analysis = tmp_path / "analysis.md"
+    analysis.write_text("## Why a goal is missed\n\nThe profile says so.\n", encoding="utf-8")
+    again = tmp_path / "again.md"
+    cmd = [
+        sys.executable, "-m", "duplex_gateway", "bench", "--rerender", str(out), "--analysis", str(analysis),
+        "--report", str(again),
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rewritten = again.read_text(encoding="utf-8")
+    goals = rewritten.index("## Goals of the capacity work")
+    assert goals < rewritten.index("## Why a goal is missed") < rewritten.index("## Every level")
+    assert rewritten.replace("\n## Why a goal is missed\n\nThe profile says so.\n", "") == report
