@@ -325,3 +325,64 @@ async def test_a_server_killed_mid_call_fails_only_its_own_callers(
     finally:
         for caller in (doomed, survivor):
             await caller.close()
+
+
+#: vLLM-Omni session fields a client opens with, and what vLLM-Omni's session config holds for each.
+KNOBS: dict[str, Any] = {
+    "ref_audio": "data:audio/wav;base64,UklGRg==",
+    "temperature": 0.6,
+    "max_output_tokens": 128,
+    "overlap_policy": "listen_only",
+    "overlap_short_ack_ms": 500,
+    "overlap_barge_in_ms": 900,
+    "overlap_silence_rms": 0.01,
+    "idle_timeout_s": 42.0,
+    "input_audio_noise_reduction": {"type": "far_field"},
+    "initial_user_text": "hello there",
+    "voice": "alloy",
+    "extra_body": {"force_listen_count": 2, "auto_response": True},
+    "turn_detection": None,
+}
+
+
+def _configs(backends: list[Backend]) -> list[dict[str, Any]]:
+    return [c["config"] for b in backends for c in read_calls(b.calls) if c["call"] == "session_config"]
+
+
+async def test_session_fields_reach_the_backend_and_only_changes_are_sent(
+    front: Gateway, backends: list[Backend]
+) -> None:
+    caller = Caller(await ws_connect(front, "/v1/duplex", close_timeout=1))
+    ws, log = caller.ws, caller.log
+    try:
+        await send_json(ws, {"type": "session.update", "session": KNOBS})
+        _, created = await log.wait_for("session.created", timeout=20)
+        assert created["session"]["temperature"] == 0.6  # echoed
+        (opened,) = [c for c in _configs(backends) if c.get("initial_user_text") == "hello there"]
+        for key in ("ref_audio", "temperature", "overlap_policy", "overlap_short_ack_ms", "overlap_barge_in_ms",
+                    "overlap_silence_rms", "idle_timeout_s", "initial_user_text", "voice"):
+            assert opened[key] == KNOBS[key], key
+        assert opened["max_tokens"] == 128
+        extra = opened["extra_body"]
+        assert extra["force_listen_count"] == 2 and extra["auto_response"] is False
+        assert extra["realtime_input_audio_noise_reduction"] == {"type": "far_field"}
+
+        # A reply makes audio; then an update: the voice is not sent again, so the backend takes it.
+        await caller.turn()
+        await log.wait_for("response.done", timeout=20)
+        mark = len(log.events)
+        await send_json(ws, {"type": "session.update", "session": {**KNOBS, "temperature": 0.9}})
+        await log.wait_for("session.updated", start=mark, timeout=10)
+        assert [c for c in _configs(backends) if c.get("temperature") == 0.9 and c.get("voice") == "alloy"]
+        # A new voice now: the backend refuses it, the client gets an error and no session.updated.
+        mark = len(log.events)
+        await send_json(ws, {"type": "session.update", "event_id": "evt_v", "session": {"voice": "nova"}})
+        _, error = await log.wait_for("error", start=mark, timeout=10)
+        assert error["error"]["event_id"] == "evt_v"
+        assert "voice_update_after_audio_unsupported" in error["error"]["message"]
+        await send_json(ws, {"type": "session.heartbeat"})
+        await log.wait_for("session.heartbeat_ack", start=mark, timeout=10)
+        assert "session.updated" not in [e["type"] for e in log.events[mark:]]
+    finally:
+        await caller.close()
+    await front.wait_sessions(0, timeout=10)
