@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -61,7 +62,8 @@ _QUIET_TAIL_RATIO: Final = 0.25
 _MAX_PARTIAL_BACKLOG_S: Final = 5.0
 #: Audio decoded per partial-recognizer call (200 ms of PCM16 at 16 kHz).
 _PARTIAL_STEP_BYTES: Final = SAMPLE_RATE // 5 * 2
-#: Decoders kept ready beyond those in use, so opening a session costs nothing.
+#: Decoders kept ready beyond those in use, so a caller who starts talking
+#: finds one at once instead of waiting ~0.3 s for a new one.
 _SPARE_DECODERS: Final = 1
 
 
@@ -121,7 +123,8 @@ class EmbeddedSession(port.EngineSession):
         engine: EmbeddedEngine,
         session_id: str,
         config: SessionConfig,
-        recognizer: PartialRecognizer | None,
+        *,
+        partials: bool,
     ) -> None:
         self._engine = engine
         self._session_id = session_id
@@ -135,12 +138,17 @@ class EmbeddedSession(port.EngineSession):
         self._turn_total = 0
         # A transcription started when the caller paused: how much of the turn it
         # covers, and its result. The commit that usually follows reuses it.
-        self._early: tuple[int, asyncio.Future[str]] | None = None
+        # The job is kept to tell whether it has started.
+        self._early: tuple[int, asyncio.Future[str], concurrent.futures.Future[str]] | None = None
         # Partials: audio not yet decoded, coalesced, and a flag asking the
         # worker to start a new utterance. ``_turn_no`` tells the worker when a
-        # hypothesis belongs to a turn that has been committed or cleared.
-        self._recognizer = recognizer
-        self._partials_on = recognizer is not None
+        # hypothesis belongs to a turn that has been committed or cleared. A
+        # decoder costs ~60-90 MB, so the session leases one from the engine's
+        # pool only while its caller talks (``_lease_turn``: the turn it serves)
+        # and an idle session holds none.
+        self._recognizer: PartialRecognizer | None = None
+        self._lease_turn = -1
+        self._partials_on = partials
         self._feed_job: concurrent.futures.Future[object] | None = None
         self._feed = bytearray()
         self._feed_reset = False
@@ -184,13 +192,17 @@ class EmbeddedSession(port.EngineSession):
             return
         if self._early is not None and self._early[0] == self._turn_total:
             return
+        if self._early is not None:
+            # Superseded: the commit can only reuse the transcription of the longest turn.
+            self._early[1].cancel()
         pcm = bytes(self._turn)
         logger.debug("session %s: caller paused after %.2f s of turn; transcribing early",
                      self._session_id, len(pcm) / 2 / SAMPLE_RATE)
-        early = asyncio.ensure_future(self._engine.run(Priority.FINAL, self._engine.models.final.transcribe, pcm))
+        job = self._engine.submit(Priority.EARLY, self._engine.transcribe, pcm)
+        early = asyncio.wrap_future(job)
         # A failed guess is not an error; the commit transcribes again.
         early.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._early = (self._turn_total, early)
+        self._early = (self._turn_total, early, job)
 
     async def commit(self, *, item_id: str, response_id: str | None) -> None:
         if self._closed:
@@ -201,6 +213,8 @@ class EmbeddedSession(port.EngineSession):
             "session %s commit %s: %s", self._session_id, item_id,
             "reusing the transcription started at the pause" if early else "transcribing now",
         )
+        if early is None and self._early is not None:
+            self._early[1].cancel()  # the caller spoke after the pause: not worth finishing
         self._turn.clear()
         self._turn_total = 0
         self._early = None
@@ -231,7 +245,10 @@ class EmbeddedSession(port.EngineSession):
         """The pause-time transcription, if everything the caller sent after it is quiet."""
         if self._early is None:
             return None
-        covered, early = self._early
+        covered, early, job = self._early
+        if not job.running() and not job.done():
+            # Still queued behind other callers' guesses: a committed turn goes ahead of them.
+            return None
         tail_bytes = self._turn_total - covered
         if tail_bytes > len(pcm) or (early.done() and (early.cancelled() or early.exception() is not None)):
             return None
@@ -381,33 +398,46 @@ class EmbeddedSession(port.EngineSession):
         if early is not None:
             with contextlib.suppress(Exception):
                 return await early
-        return await self._engine.run(Priority.FINAL, self._engine.models.final.transcribe, pcm)
+        return await self._engine.run(Priority.FINAL, self._engine.transcribe, pcm)
 
     # -- partials --------------------------------------------------------------------------
 
     def _restart_partials(self) -> None:
-        # Audio of a committed or cleared turn is not worth decoding any more.
+        # Audio of a committed or cleared turn is not worth decoding any more,
+        # and the turn's decoder goes back to the pool for whoever talks next.
         self._turn_no += 1
         if not self._partials_on:
             return
         self._feed.clear()
-        self._feed_reset = True
-        self._wake_feed_worker()
+        self._feed_reset = False
+        self._feed_wake.set()
 
     def _wake_feed_worker(self) -> None:
-        if self._feed_worker is None and self._recognizer is not None:
+        if self._feed_worker is None:
             self._feed_worker = asyncio.create_task(
-                self._run_partials(self._recognizer), name=f"embedded:partials:{self._session_id}"
+                self._run_partials(), name=f"embedded:partials:{self._session_id}"
             )
         self._feed_wake.set()
 
-    async def _run_partials(self, recognizer: PartialRecognizer) -> None:
+    async def _run_partials(self) -> None:
         """Feed the partial recognizer in order, one executor job at a time."""
         try:
             while True:
                 await self._feed_wake.wait()
                 self._feed_wake.clear()
-                while self._feed_reset or self._feed:
+                while self._partials_on:
+                    if self._recognizer is not None and self._lease_turn != self._turn_no:
+                        self._hand_back_recognizer()
+                    if not self._feed:
+                        break
+                    recognizer = self._recognizer
+                    if recognizer is None:
+                        self._recognizer = await self._engine._lease_recognizer()
+                        # A commit or clear while waiting emptied the feed: what is
+                        # there now belongs to the current turn.
+                        self._lease_turn = self._turn_no
+                        self._feed_reset = False
+                        continue
                     if self._feed_reset:
                         self._feed_reset = False
                         await self._decode(recognizer.reset)
@@ -426,6 +456,7 @@ class EmbeddedSession(port.EngineSession):
             logger.exception("partial recognition failed in session %s; partials are off", self._session_id)
             self._partials_on = False
             self._feed.clear()
+            self._hand_back_recognizer()
 
     async def _decode(self, fn: Callable[_P, object], *args: _P.args, **kwargs: _P.kwargs) -> object:
         self._feed_job = job = self._engine.submit(Priority.BACKGROUND, fn, *args, **kwargs)
@@ -441,6 +472,11 @@ class EmbeddedSession(port.EngineSession):
             job.add_done_callback(lambda _job: self._engine._release_recognizer(recognizer))
         else:
             self._engine._release_recognizer(recognizer)
+
+    @property
+    def holds_recognizer(self) -> bool:
+        """Whether a pocketsphinx decoder is leased to this session now."""
+        return self._recognizer is not None
 
     # -- background tasks ---------------------------------------------------------------------
 
@@ -511,7 +547,6 @@ class EmbeddedEngine(port.Engine):
         self._models: EmbeddedModels | None = None
         self._executor: PriorityWorkers | None = None
         self._sessions: dict[str, EmbeddedSession] = {}
-        self._opening = 0
         self._prewarm: concurrent.futures.Future[None] | None = None
         # Kept past shutdown: decoders still in use then are handed back to it.
         self._pool: PartialRecognizerPool | None = None
@@ -543,7 +578,13 @@ class EmbeddedEngine(port.Engine):
             return
         self._models = await asyncio.to_thread(self._load)
         self._pool = self._models.partials
-        self._executor = PriorityWorkers(self.workers, name="embedded")
+        self._executor = PriorityWorkers(
+            self.workers,
+            name="embedded",
+            # A guess never takes the last thread from a committed turn or a reply.
+            limits={Priority.EARLY: 1},
+            yielding=frozenset({Priority.BACKGROUND}),
+        )
         logger.info(
             "embedded engine ready (%s)",
             ", ".join(f"{name} {seconds:.2f} s" for name, seconds in self.load_times.items()),
@@ -584,21 +625,34 @@ class EmbeddedEngine(port.Engine):
         if not self.ready:
             raise port.EngineUnavailable("the embedded engine is not started")
         limit = self._caps.max_sessions
-        if limit is not None and len(self._sessions) + self._opening >= limit:
+        if limit is not None and len(self._sessions) >= limit:
             raise port.EngineSessionLimit(f"the embedded engine holds {limit} sessions already")
-        # Hold the slot across the await below, so concurrent opens respect the limit.
-        self._opening += 1
-        try:
-            recognizer: PartialRecognizer | None = None
-            pool = self.models.partials
-            if pool is not None:
-                recognizer = await self.run(Priority.FINAL, pool.acquire, max_utterance_s=self.max_turn_s)
-                self._keep_spare(pool)
-            session = EmbeddedSession(self, session_id, config, recognizer)
-            self._sessions[session_id] = session
-            return session
-        finally:
-            self._opening -= 1
+        # No decoder yet: the session leases one when its caller starts talking.
+        session = EmbeddedSession(self, session_id, config, partials=self.models.partials is not None)
+        self._sessions[session_id] = session
+        return session
+
+    @property
+    def leased_recognizers(self) -> int:
+        """Partial recognizers held by sessions now (one per caller mid-turn)."""
+        return sum(session.holds_recognizer for session in self._sessions.values())
+
+    async def _lease_recognizer(self) -> PartialRecognizer:
+        """A decoder for a caller who started talking: a spare at once, else a new one (in the pool)."""
+        pool = self.models.partials
+        if pool is None:
+            raise port.EngineUnavailable("partials are off")
+        recognizer = pool.try_acquire(max_utterance_s=self.max_turn_s)
+        if recognizer is None:
+            job = self.submit(Priority.BACKGROUND, pool.acquire, max_utterance_s=self.max_turn_s)
+            try:
+                recognizer = await asyncio.wrap_future(job)
+            except asyncio.CancelledError:
+                # Closed while the decoder was being made: it goes to the pool, not to waste.
+                job.add_done_callback(self._release_late_recognizer)
+                raise
+        self._keep_spare(pool)
+        return recognizer
 
     def _keep_spare(self, pool: PartialRecognizerPool) -> None:
         if self._prewarm is None or self._prewarm.done():
@@ -629,6 +683,17 @@ class EmbeddedEngine(port.Engine):
         """Run ``fn`` on the inference pool and wait; cancelling the wait cancels it if not yet started."""
         return await asyncio.wrap_future(self.submit(priority, fn, *args, **kwargs))
 
+    def transcribe(self, pcm: bytes) -> str:
+        """Whisper on one turn, in a worker thread; quicker and rougher while other turns wait."""
+        executor = self._executor
+        # This job is one of them: more than one means callers are queueing for Whisper.
+        queueing = executor is not None and executor.load(Priority.FINAL, Priority.EARLY) > 1
+        return self.models.final.transcribe(pcm, short_window=queueing)
+
+    def _release_late_recognizer(self, job: concurrent.futures.Future[PartialRecognizer]) -> None:
+        if not job.cancelled() and job.exception() is None:
+            self._release_recognizer(job.result())
+
     def _release_recognizer(self, recognizer: PartialRecognizer) -> None:
         pool = self._pool
         if pool is None:
@@ -636,12 +701,21 @@ class EmbeddedEngine(port.Engine):
         if self._executor is not None:
             # Ending a long utterance runs a search pass: keep it off the loop.
             with contextlib.suppress(RuntimeError):  # the executor is shutting down
-                self._executor.submit(Priority.BACKGROUND, pool.release, recognizer)
+                job = self._executor.submit(Priority.BACKGROUND, pool.release, recognizer)
+                # Dropped from the queue by a shutdown: the decoder must still go back.
+                job.add_done_callback(functools.partial(_release_if_dropped, pool, recognizer))
                 return
         pool.release(recognizer)
 
     def _release(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
+
+
+def _release_if_dropped(
+    pool: PartialRecognizerPool, recognizer: PartialRecognizer, job: concurrent.futures.Future[None]
+) -> None:
+    if job.cancelled():
+        pool.release(recognizer)
 
 
 def _is_quiet_tail(pcm: bytes, tail_bytes: int) -> bool:

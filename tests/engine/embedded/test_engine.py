@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 import tracemalloc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -319,6 +323,88 @@ async def test_a_monologue_keeps_memory_bounded() -> None:
         await engine.shutdown()
 
 
+async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+async def test_idle_sessions_hold_no_decoder_and_a_talking_caller_holds_one_for_the_turn(
+    engine: EmbeddedEngine, speech_pcm: bytes
+) -> None:
+    pool = engine.models.partials
+    assert pool is not None
+    await until(lambda: pool.in_use == 0)  # earlier tests' decoders are handed back in the background
+    created = pool.created
+    sessions = [await engine.open_session(f"idle_{i}", SessionConfig()) for i in range(8)]
+    try:
+        assert engine.leased_recognizers == 0 and pool.in_use == 0 and pool.created == created
+        talker = sessions[0]
+        await talker.append_audio(speech_pcm[: RATE // 2 * 2])
+        await until(lambda: engine.leased_recognizers == 1)
+        await talker.append_audio(speech_pcm[RATE // 2 * 2 :])
+        await talker.commit(item_id="item_lease", response_id=None)
+        await until(lambda: engine.leased_recognizers == 0 and pool.in_use == 0)
+        # The next turn finds the decoder the last one gave back.
+        await talker.append_audio(speech_pcm[: RATE // 2 * 2])
+        await until(lambda: engine.leased_recognizers == 1)
+        await talker.clear_input()
+        await until(lambda: engine.leased_recognizers == 0 and pool.in_use == 0)
+        # Whatever was made for the talker, the idle sessions took none of it.
+        assert pool.created - created <= 2
+    finally:
+        for session in sessions:
+            await session.close("test over")
+    assert engine.leased_recognizers == 0
+
+
+async def test_a_session_closed_mid_turn_gives_its_decoder_back(engine: EmbeddedEngine, speech_pcm: bytes) -> None:
+    pool = engine.models.partials
+    assert pool is not None
+    session = await engine.open_session("closing", SessionConfig())
+    await session.append_audio(speech_pcm)
+    await until(lambda: engine.leased_recognizers == 1 and pool.in_use == 1)
+    await session.close("bye")
+    await until(lambda: pool.in_use == 0)
+
+
+IDLE_RSS_SCRIPT = """
+import asyncio, json, sys
+from duplex_gateway.engine.embedded import EmbeddedEngine
+from duplex_gateway.session_config import SessionConfig
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+async def main():
+    engine = EmbeddedEngine(max_sessions=16, whisper_cpu_threads=1, tts_threads=1, workers=1)
+    await engine.start()
+    before = rss()
+    sessions = [await engine.open_session(f"s{i}", SessionConfig()) for i in range(16)]
+    after = rss()
+    for session in sessions:
+        await session.close("bye")
+    await engine.shutdown()
+    print(json.dumps({"per_session": (after - before) / len(sessions)}))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads RSS from /proc")
+def test_an_idle_session_costs_under_10_mb_beyond_the_models() -> None:
+    # Its own process: the suite's other engines and models would blur the RSS.
+    done = subprocess.run(
+        [sys.executable, "-c", IDLE_RSS_SCRIPT], capture_output=True, text=True, timeout=300, check=True
+    )
+    per_session = json.loads(done.stdout.strip().splitlines()[-1])["per_session"]
+    print(f"\nRSS per idle embedded session: {per_session / 1024:.0f} KB")
+    assert per_session <= 10 * 1024 * 1024
+
+
 async def test_session_limit_close_and_events_end() -> None:
     engine = EmbeddedEngine(max_sessions=2, whisper_cpu_threads=2, tts_threads=2)
     with pytest.raises(port.EngineUnavailable):
@@ -418,9 +504,9 @@ class CountingTranscriber:
         self.calls = 0
         self._real = engine.models.final.transcribe
 
-    def __call__(self, pcm: Any) -> str:
+    def __call__(self, pcm: Any, **options: Any) -> str:
         self.calls += 1
-        return self._real(pcm)  # type: ignore[no-any-return]
+        return self._real(pcm, **options)  # type: ignore[no-any-return]
 
 
 async def test_a_pause_starts_the_transcription_the_commit_reuses(
@@ -457,13 +543,14 @@ async def test_speech_after_the_pause_is_transcribed_afresh(
             seen += await read_until(session.events(), port.EngineInputTranscript)
     final = next(e for e in seen if isinstance(e, port.EngineInputTranscript) and e.final)
     assert wer(SPEECH_TEXT, final.text) <= 0.25, final.text  # both halves, not just the last
-    assert counter.calls == 2
+    # The guess at the pause is dropped if it had not started by the commit.
+    assert counter.calls in (1, 2)
 
 
 async def test_a_turn_the_recognizer_fails_on_is_reported_and_still_answered(
     engine: EmbeddedEngine, speech_pcm: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(pcm: bytes) -> str:  # fault injection: the real recognizer, made to fail once
+    def broken(pcm: bytes, **options: Any) -> str:  # fault injection: the real recognizer, made to fail once
         raise RuntimeError("decoder crashed")
 
     monkeypatch.setattr(engine.models.final, "transcribe", broken)

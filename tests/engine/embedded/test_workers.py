@@ -55,3 +55,47 @@ def test_shutdown_cancels_queued_jobs() -> None:
     gate.set()
     assert running.result(timeout=5) is True
     assert waiting.cancelled()
+
+
+def test_a_capped_priority_runs_one_job_at_a_time() -> None:
+    workers = PriorityWorkers(2, limits={Priority.FINAL: 1})
+    lock = threading.Lock()
+    running = peak = 0
+
+    def final() -> None:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.05)
+        with lock:
+            running -= 1
+
+    jobs = [workers.submit(Priority.FINAL, final) for _ in range(4)]
+    speech = workers.submit(Priority.SPEECH, lambda: "spoken")
+    assert speech.result(timeout=5) == "spoken"  # the second thread is still free for other work
+    for job in jobs:
+        job.result(timeout=5)
+    assert peak == 1
+    workers.shutdown()
+
+
+def test_yielding_jobs_wait_while_anything_more_urgent_runs_or_waits() -> None:
+    workers = PriorityWorkers(2, limits={Priority.FINAL: 1}, yielding=frozenset({Priority.BACKGROUND}))
+    gate = threading.Event()
+    order: list[str] = []
+    first = workers.submit(Priority.FINAL, gate.wait, 5)
+    second = workers.submit(Priority.FINAL, order.append, "final")  # held back by the cap
+    partial = workers.submit(Priority.BACKGROUND, order.append, "partial")
+    time.sleep(0.1)
+    assert not partial.done() and workers.running(Priority.FINAL) == 1  # a thread is free, yet it waits
+    gate.set()
+    for job in (first, second, partial):
+        job.result(timeout=5)
+    assert order == ["final", "partial"]
+    workers.shutdown()
+
+
+def test_limits_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        PriorityWorkers(1, limits={Priority.FINAL: 0})
