@@ -53,7 +53,7 @@ $(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed-run
 BENCH_ARGS ?=
 bench: $(VENV)/.installed-bench $(OMNI_VENV)/.installed-gateway
 	HF_HUB_OFFLINE=1 $(BIN)/duplex-gateway bench --report docs/benchmarks.md --json docs/benchmarks.json \
-		--plots docs $(BENCH_ARGS)
+		--plots docs --analysis docs/benchmarks-analysis.md $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV)
