@@ -27,7 +27,7 @@ def test_smoke_run_measures_floor_and_gateway(tmp_path: Path) -> None:
     cmd = [
         sys.executable, "-m", "duplex_gateway", "bench", "--targets", "floor,gateway-echo",
         "--levels", "floor=2", "--levels", "gateway-echo=2", "--duration", "3", "--barge-in", "0.5",
-        "--json", str(out), "--report", str(tmp_path / "bench.md"), "--quiet",
+        "--json", str(out), "--report", str(tmp_path / "bench.md"), "--quiet", "--fail-on-errors",
     ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
