@@ -41,7 +41,7 @@ test: $(VENV)/.installed-test $(OMNI_VENV)/.installed-gateway
 	$(BIN)/ruff check duplex_gateway tests
 	$(BIN)/mypy duplex_gateway
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
-	HF_HUB_OFFLINE=1 $(OMNI_BIN)/python -m pytest tests/omni
+	HF_HUB_OFFLINE=1 DUPLEX_GATEWAY_REQUIRE_OMNI=1 $(OMNI_BIN)/python -m pytest tests/omni
 
 $(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed-run
 	$(BIN)/python -m pip install -q -e '.[bench]'
@@ -77,7 +77,7 @@ $(OMNI_VENV)/.installed-gateway: pyproject.toml $(OMNI_VENV)/.installed
 omni-venv: $(OMNI_VENV)/.installed-gateway
 
 test-omni: $(OMNI_VENV)/.installed-gateway
-	HF_HUB_OFFLINE=1 $(OMNI_BIN)/python -m pytest tests/omni
+	HF_HUB_OFFLINE=1 DUPLEX_GATEWAY_REQUIRE_OMNI=1 $(OMNI_BIN)/python -m pytest tests/omni
 
 clean-omni:
 	rm -rf $(OMNI_VENV)

@@ -65,11 +65,6 @@ class Attachment:
         self.stalled = False
         self.writer = asyncio.create_task(self._write_loop(), name=f"writer:{name}")
 
-    @property
-    def queued(self) -> int:
-        """Frames waiting for the socket."""
-        return len(self._outbox)
-
     def send(self, frame: Frame) -> None:
         """Queue ``frame`` after everything queued before; returns at once."""
         if self._closing is not None or self.stalled:

@@ -14,11 +14,10 @@ from typing import Protocol
 
 from duplex_gateway.commands import Command
 from duplex_gateway.events import ServerEvent
+from duplex_gateway.transport import Frame
 
 __all__ = ["Dialect", "Frame"]
 
-#: One WebSocket message: text (JSON protocols) or binary (raw audio of some carriers).
-Frame = str | bytes
 
 
 class Dialect(Protocol):

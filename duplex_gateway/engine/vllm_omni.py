@@ -54,7 +54,7 @@ from duplex_gateway.audio import codec
 from duplex_gateway.audio.format import Encoding
 from duplex_gateway.audio.resample import StreamResampler
 from duplex_gateway.engine import port
-from duplex_gateway.engine.omni_fields import changed_fields, omni_session_fields
+from duplex_gateway.engine.omni_fields import PendingUpdates, changed_fields, omni_session_fields
 from duplex_gateway.session_config import Modality, SessionConfig
 
 __all__ = [
@@ -258,8 +258,7 @@ class VllmOmniSession(port.EngineSession):
         self._finished: dict[str, _Reply] = {}
         #: The last finished reply nobody reported playback for: (engine id, engine ms).
         self._unacked: tuple[str, int] | None = None
-        #: Updates sent and not answered yet, oldest first: event id -> its answer.
-        self._updates: dict[str, asyncio.Future[None]] = {}
+        self._updates = PendingUpdates()
         self._update_ids = 0
         self._closed = False
         self._closed_event = asyncio.Event()
@@ -351,13 +350,7 @@ class VllmOmniSession(port.EngineSession):
         if patch:
             self._update_ids += 1
             event_id = f"gw_update_{self._update_ids}"
-            answer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._updates[event_id] = answer
-            try:
-                await self._handle.submit(self._engine.update_command(patch, event_id))
-                await answer  # session.updated, or the error that refused it
-            finally:
-                self._updates.pop(event_id, None)
+            await self._updates.send(event_id, self._handle.submit(self._engine.update_command(patch, event_id)))
         self._config = config
 
     async def close(self, reason: str) -> None:
@@ -409,10 +402,7 @@ class VllmOmniSession(port.EngineSession):
             return
         self._closed = True
         self._closed_event.set()
-        for answer in self._updates.values():
-            if not answer.done():
-                answer.set_exception(port.EngineRefused("session_closed", "the engine session ended"))
-        self._updates.clear()
+        self._updates.refuse_all("session_closed", "the engine session ended")
         self._engine._release(self._session_id)
         self._put_nowait(port.EngineClosed(reason=reason))
 
@@ -468,14 +458,14 @@ class VllmOmniSession(port.EngineSession):
             transcript = str(getattr(event, "transcript", "") or "")
             return [port.EngineInputTranscript(item_id="", text=transcript, final=True)] if transcript else []
         if kind == "session.updated":
-            self._answer_update(None, None)
+            self._updates.settle(None)  # vLLM-Omni answers updates in order
             return []
         if kind == "error":
             code = str(getattr(event, "code", "") or "engine_error")
             message = str(getattr(event, "message", "") or "")
             related = getattr(event, "related_event_id", None)
             if related in self._updates:
-                self._answer_update(str(related), port.EngineRefused(code, message))
+                self._updates.settle(str(related), port.EngineRefused(code, message))
                 return []
             if code.startswith(_PLAYBACK_ERROR_PREFIX) or code == _REPLY_ALREADY_OVER:
                 # About a reply the gateway has already closed out (a cancel crossing the
@@ -484,18 +474,6 @@ class VllmOmniSession(port.EngineSession):
                 return []
             return [port.EngineError(code=code, message=message)]
         return []
-
-    def _answer_update(self, event_id: str | None, refusal: port.EngineRefused | None) -> None:
-        """Settle update ``event_id`` (None: the oldest; vLLM-Omni answers updates in order)."""
-        if event_id is None:
-            event_id = next(iter(self._updates), None)
-        answer = self._updates.pop(event_id, None) if event_id is not None else None
-        if answer is None or answer.done():
-            return
-        if refusal is None:
-            answer.set_result(None)
-        else:
-            answer.set_exception(refusal)
 
     def _on_response_created(self, engine_id: str | None) -> list[port.EngineEvent]:
         if not engine_id or engine_id in self._replies:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm_omni")
+pytest.importorskip("vllm_omni", reason="the vLLM-Omni engines run in .venv-omni (make test runs them there)")
 
 from vllm_omni.clients.duplex import DuplexClient, ResponseHandle
 

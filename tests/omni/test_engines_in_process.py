@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-pytest.importorskip("vllm_omni")
+pytest.importorskip("vllm_omni", reason="the vLLM-Omni engines run in .venv-omni (make test runs them there)")
 
 from duplex_gateway.engine import port
 from duplex_gateway.engine.vllm_omni import VllmOmniEngine

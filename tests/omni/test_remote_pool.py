@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm_omni")
+pytest.importorskip("vllm_omni", reason="the vLLM-Omni engines run in .venv-omni (make test runs them there)")
 
 from tests.e2e.helpers import (
     REPO,

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("vllm_omni")
+pytest.importorskip("vllm_omni", reason="the vLLM-Omni engines run in .venv-omni (make test runs them there)")
 
 from openai import AsyncOpenAI
 from vllm_omni.clients.duplex import AudioFormat, DuplexClient, ResponseHandle, SessionConfig

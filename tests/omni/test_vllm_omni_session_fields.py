@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm_omni")
+pytest.importorskip("vllm_omni", reason="the vLLM-Omni engines run in .venv-omni (make test runs them there)")
 
 from duplex_gateway.dialects.realtime_session import parse_session_patch
 from duplex_gateway.engine import port

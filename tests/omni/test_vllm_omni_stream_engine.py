@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm_omni")
+pytest.importorskip("vllm_omni", reason="the vLLM-Omni engines run in .venv-omni (make test runs them there)")
 
 from openai import AsyncOpenAI
 

@@ -408,29 +408,27 @@ class BackendWire:
         return [self._event("barge_in", remember=True)]
 
     def ack_playback(self, *, response_id: str, played_ms: int) -> list[JsonObject]:
+        backend_id, _, played = self._reported(response_id, played_ms)
+        return [self._event("playback.ack", remember=True, response_id=backend_id, played_ms=played)]
+
+    def _reported(self, response_id: str, heard_ms: int) -> tuple[str, _Reply | None, int]:
+        """The client reported on a reply: its backend id, its record, and ``heard_ms`` on the backend's clock."""
         backend_id = self._backend_id(response_id) or response_id
         reply = self._replies.get(backend_id) or self._finished.get(backend_id)
-        played = int(played_ms)
+        heard = int(heard_ms)
         if reply is not None:
             reply.acked = True
-            played = reply.backend_played(played)
+            heard = reply.backend_played(heard)
         if backend_id in self._unreported:
             self._unreported.remove(backend_id)
-        return [self._event("playback.ack", remember=True, response_id=backend_id, played_ms=played)]
+        return backend_id, reply, heard
 
     def truncate_reply(self, *, response_id: str, audio_end_ms: int) -> list[JsonObject]:
         """The caller heard only ``audio_end_ms`` of the reply: vLLM-Omni cuts it there in its history."""
         if self.kind is not BackendKind.VLLM_OMNI:
             # A gateway backend learns of it as playback (its item ids are its own).
             return self.ack_playback(response_id=response_id, played_ms=audio_end_ms)
-        backend_id = self._backend_id(response_id) or response_id
-        reply = self._replies.get(backend_id) or self._finished.get(backend_id)
-        end = int(audio_end_ms)
-        if reply is not None:
-            reply.acked = True
-            end = reply.backend_played(end)
-        if backend_id in self._unreported:
-            self._unreported.remove(backend_id)
+        backend_id, reply, end = self._reported(response_id, audio_end_ms)
         out = [
             self._event(
                 "conversation.item.truncate",

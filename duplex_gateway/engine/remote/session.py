@@ -30,6 +30,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from duplex_gateway.engine import port
 from duplex_gateway.engine.event_queue import EngineEventQueue
+from duplex_gateway.engine.omni_fields import PendingUpdates
 from duplex_gateway.engine.remote.pool import Backend, realtime_url
 from duplex_gateway.engine.remote.protocol import (
     FULL_CODES,
@@ -206,8 +207,7 @@ class RemoteSession(port.EngineSession):
         self._closing = False
         self._ended = False
         self._backend_closed = asyncio.Event()
-        #: Updates sent and not answered yet: event id -> its answer.
-        self._updates: dict[str, asyncio.Future[None]] = {}
+        self._updates = PendingUpdates()
         self._last_sent = asyncio.get_running_loop().time()
         self._reader = asyncio.create_task(self._read_loop(), name=f"remote-reader:{session_id}")
 
@@ -256,14 +256,7 @@ class RemoteSession(port.EngineSession):
         event = self._wire.session_update(config, initial=False)
         if event is None:
             return  # nothing the backend holds changed
-        answer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        event_id = str(event["event_id"])
-        self._updates[event_id] = answer
-        try:
-            await self._send([event])
-            await answer  # the backend's session.updated, or the error that refused it
-        finally:
-            self._updates.pop(event_id, None)
+        await self._updates.send(str(event["event_id"]), self._send([event]))
 
     async def close(self, reason: str) -> None:
         if self._closing:
@@ -373,7 +366,7 @@ class RemoteSession(port.EngineSession):
         for out in self._wire.receive(event):
             await self._events.put(out)
         for event_id, refusal in self._wire.take_update_answers():
-            self._settle_update(event_id, refusal)
+            self._updates.settle(event_id, refusal)
         late = self._wire.take_outgoing()
         if late:
             await self._send(late)
@@ -476,21 +469,11 @@ class RemoteSession(port.EngineSession):
         self._events.put_urgent(port.EngineError(code=code, message=message, fatal=True))
         self._end(port.EngineClosed(reason=code))
 
-    def _settle_update(self, event_id: str, refusal: port.EngineRefused | None) -> None:
-        answer = self._updates.pop(event_id, None)
-        if answer is None or answer.done():
-            return
-        if refusal is None:
-            answer.set_result(None)
-        else:
-            answer.set_exception(refusal)
-
     def _end(self, closed: port.EngineClosed) -> None:
         if self._ended:
             return
         self._ended = True
-        for event_id in list(self._updates):
-            self._settle_update(event_id, port.EngineRefused("session_closed", "the backend session ended"))
+        self._updates.refuse_all("session_closed", "the backend session ended")
         self._held = None
         self._events.put_urgent(closed)
         self._on_end(self)
