@@ -7,9 +7,11 @@ event name, so the realtime dialect is close to an identity.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import ClassVar
 
+from duplex_gateway.audio.format import Encoding
 from duplex_gateway.session_config import Modality, SessionPatch
 
 __all__ = [
@@ -22,6 +24,8 @@ __all__ = [
     "InputAudioAppend",
     "InputAudioClear",
     "InputAudioCommit",
+    "InputCancel",
+    "InputTextAppend",
     "OutputAudioClear",
     "PlaybackAck",
     "ResponseCancel",
@@ -31,6 +35,7 @@ __all__ = [
     "SessionHeartbeat",
     "SessionResume",
     "SessionUpdate",
+    "TurnSignal",
 ]
 
 
@@ -50,10 +55,20 @@ class SessionUpdate(Command):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InputAudioAppend(Command):
-    """Caller audio in the session's input format (already base64-decoded)."""
+    """Caller audio (already base64-decoded), with vLLM-Omni's per-chunk hints.
+
+    ``encoding`` / ``rate``: the chunk's own format where the client declared it
+    (the session's input format fills in the rest). ``is_speech`` and ``hints``
+    (RMS, VAD scores, ...) are the client's view of the chunk, passed on to engines
+    that read them.
+    """
 
     type: ClassVar[str] = "input_audio_buffer.append"
     audio: bytes
+    encoding: Encoding | None = None
+    rate: int | None = None
+    is_speech: bool | None = None
+    hints: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +90,34 @@ class InputAudioCommit(Command):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InputAudioClear(Command):
     type: ClassVar[str] = "input_audio_buffer.clear"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputCancel(Command):
+    """vLLM-Omni extension: abandon the caller's turn in progress without committing it."""
+
+    type: ClassVar[str] = "input.cancel"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputTextAppend(Command):
+    """vLLM-Omni extension: text pushed into the caller's live turn (committed with it)."""
+
+    type: ClassVar[str] = "input.text.append"
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnSignal(Command):
+    """vLLM-Omni extension: a local turn transition (``user_started`` ...) for the engine's turn-taking.
+
+    Signals that name a command of their own (``barge_in``, ``input.cancel``,
+    ``response.cancel`` ...) are parsed into that command instead.
+    """
+
+    type: ClassVar[str] = "turn.signal"
+    event: str
+    payload: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

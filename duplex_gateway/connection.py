@@ -43,6 +43,7 @@ import logging
 from collections.abc import Sequence
 
 from duplex_gateway import events as ev
+from duplex_gateway.audio.format import AudioFormat
 from duplex_gateway.audio_stage import InputStage, OutputStage
 from duplex_gateway.commands import Command, SessionResume
 from duplex_gateway.config import GatewaySettings
@@ -160,7 +161,7 @@ class Connection:
         self._input: InputStage | None = None
         self._output = OutputStage(engine.capabilities.output_rate)
         # Work the last step left for the reader: audio to convert, an engine to open.
-        self._pending_input: list[bytes] = []
+        self._pending_input: list[ProcessInput] = []
         self._pending_open: SessionConfig | None = None
         # The session's own clock-driven work (Session.next_timer), e.g. idle_timeout_ms.
         self._timer: asyncio.TimerHandle | None = None
@@ -385,8 +386,9 @@ class Connection:
         if link is not None and link.backlogged:
             await link.drained()
 
-    async def _process_input(self, audio: bytes) -> None:
-        stage = self._input_stage()
+    async def _process_input(self, chunk: ProcessInput) -> None:
+        stage = self._input_stage(chunk.format)
+        audio = chunk.audio
         step = stage.wire.byte_count(INPUT_SLICE_MS)
         for offset in range(0, len(audio), step):
             try:
@@ -394,7 +396,12 @@ class Connection:
             except ProtocolError as exc:
                 self._send_error(exc)
                 return
-            self._apply(self.session.input_processed(processed.pcm, processed.duration_ms, processed.windows))
+            self._apply(
+                self.session.input_processed(
+                    processed.pcm, processed.duration_ms, processed.windows,
+                    is_speech=chunk.is_speech, hints=chunk.hints,
+                )
+            )
             if self._closing is not None:
                 return
 
@@ -554,6 +561,10 @@ class Connection:
                 code, message = "engine_error", f"the engine failed: {type(exc).__name__}"
             self._apply(self.session.engine_update_refused(call, code=code, message=message))
             return
+        if isinstance(exc, port.EngineRefused):
+            # The engine turned this one call down (e.g. a kind of input it does not take).
+            self._emit(ev.ErrorEvent(code=ErrorCode.ENGINE_ERROR, message=f"the engine refused it: {exc}"))
+            return
         self._emit(ev.ErrorEvent(code=ErrorCode.ENGINE_ERROR, message=f"the engine failed: {type(exc).__name__}"))
 
     async def _pump_engine(self, engine_session: port.EngineSession) -> None:
@@ -576,7 +587,7 @@ class Connection:
             if isinstance(output, ev.ServerEvent):
                 self._emit(output)
             elif isinstance(output, ProcessInput):
-                self._pending_input.append(output.audio)
+                self._pending_input.append(output)
             elif isinstance(output, OpenEngine):
                 self._pending_open = output.config
             elif isinstance(output, CloseSession):
@@ -600,8 +611,13 @@ class Connection:
                 link.submit(AppendAudio(pcm=tail))
         link.submit(call)
 
-    def _input_stage(self) -> InputStage:
-        wire, vad = self.session.config.input_format, self.session.gateway_vad
+    def _input_stage(self, chunk_format: AudioFormat | None = None) -> InputStage:
+        """The stage for audio in ``chunk_format`` (the session's input format when None).
+
+        A chunk in a format of its own (vLLM-Omni's per-chunk ``format``) gets a stage
+        of its own, placed on the same input clock.
+        """
+        wire, vad = chunk_format or self.session.config.input_format, self.session.gateway_vad
         current = self._input
         if current is None or current.wire != wire or current.vad != vad:
             current = self._input = InputStage(

@@ -21,13 +21,16 @@ from duplex_gateway.session import (
     AckPlayback,
     AddItem,
     AppendAudio,
+    AppendText,
     BargeInEngine,
     CallerPaused,
+    CancelInput,
     CancelResponse,
     ClearInput,
     CommitInput,
     DeleteItem,
     EngineCall,
+    SignalTurn,
     StartResponse,
     TruncateReply,
     UpdateEngine,
@@ -105,7 +108,7 @@ class EngineLink:
                 await self._wake.wait()
                 continue
             call = calls.popleft()
-            if isinstance(call, AppendAudio) and calls and isinstance(calls[0], AppendAudio):
+            if isinstance(call, AppendAudio) and calls and _mergeable(call, calls[0]):
                 # The engine fell behind: what waits goes in as one append, in order, so a
                 # busy engine pays its per-call cost once per batch instead of once per frame.
                 call = _merge(call, calls)
@@ -132,9 +135,18 @@ class EngineLink:
     def _make(self, call: EngineCall) -> Awaitable[None]:
         session = self.engine_session
         if isinstance(call, AppendAudio):
-            return session.append_audio(call.pcm)
+            return session.append_audio(call.pcm, is_speech=call.is_speech, hints=call.hints)
         if isinstance(call, CommitInput):
-            return session.commit(item_id=call.item_id, response_id=call.response_id)
+            return session.commit(
+                item_id=call.item_id, response_id=call.response_id, final=call.final,
+                engine_decides=call.engine_decides, is_speech=call.is_speech,
+            )
+        if isinstance(call, CancelInput):
+            return session.cancel_input()
+        if isinstance(call, AppendText):
+            return session.append_text(call.text)
+        if isinstance(call, SignalTurn):
+            return session.signal_turn(call.event, call.payload)
         if isinstance(call, CallerPaused):
             return session.caller_paused()
         if isinstance(call, ClearInput):
@@ -160,13 +172,20 @@ class EngineLink:
         raise TypeError(f"not an engine call: {call!r}")
 
 
+def _mergeable(first: AppendAudio, call: EngineCall) -> bool:
+    """``call`` can ride in one append with ``first``: audio the client said the same of."""
+    return isinstance(call, AppendAudio) and call.is_speech == first.is_speech and call.hints == first.hints
+
+
 def _merge(first: AppendAudio, calls: deque[EngineCall]) -> AppendAudio:
     """``first`` and the appends right behind it in ``calls`` (taken out), as one append."""
     parts = [first.pcm]
     size = len(first.pcm)
-    while calls and isinstance(calls[0], AppendAudio) and size + len(calls[0].pcm) <= MAX_MERGED_AUDIO_BYTES:
-        nxt = calls.popleft()
+    while calls and _mergeable(first, nxt := calls[0]):
         assert isinstance(nxt, AppendAudio)
+        if size + len(nxt.pcm) > MAX_MERGED_AUDIO_BYTES:
+            break
+        calls.popleft()
         parts.append(nxt.pcm)
         size += len(nxt.pcm)
-    return AppendAudio(pcm=b"".join(parts))
+    return AppendAudio(pcm=b"".join(parts), is_speech=first.is_speech, hints=first.hints)

@@ -25,6 +25,7 @@ class ErrorCode(enum.StrEnum):
     UNSUPPORTED_AUDIO_FORMAT = "unsupported_audio_format"
     UNSUPPORTED_SAMPLE_RATE = "unsupported_sample_rate"
     UNSUPPORTED_TURN_DETECTION = "unsupported_turn_detection"
+    UNSUPPORTED_BY_ENGINE = "unsupported_by_engine"
     BINARY_NOT_SUPPORTED = "binary_not_supported"
     SESSION_NOT_CONFIGURED = "session_not_configured"
     INVALID_RESUME_TOKEN = "invalid_resume_token"

@@ -35,10 +35,13 @@ __all__ = [
     "OutputAudioCleared",
     "OutputItemAdded",
     "OutputItemDone",
+    "OverlapDecision",
     "PlaybackAcknowledged",
     "RateLimitsUpdated",
     "ResponseCreated",
     "ResponseDone",
+    "ResponseListen",
+    "ResponseSpeak",
     "ServerEvent",
     "SessionClosed",
     "SessionCreated",
@@ -311,6 +314,35 @@ class ResponseDone(ServerEvent):
     reason: str | None = None
     output: tuple[ConversationItem, ...] = ()
     audio_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseListen(ServerEvent):
+    """vLLM-Omni extension: the engine's turn-taking chose to keep listening."""
+
+    type: ClassVar[str] = "response.listen"
+    #: The reply this ends, when the model stopped one to listen.
+    response_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseSpeak(ServerEvent):
+    """vLLM-Omni extension: the engine's turn-taking chose to speak: reply ``response_id`` begins."""
+
+    type: ClassVar[str] = "response.speak"
+    response_id: str
+    item_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OverlapDecision(ServerEvent):
+    """vLLM-Omni extension: what the engine's overlap policy did when the caller spoke over a reply."""
+
+    type: ClassVar[str] = "overlap.decision"
+    policy: str | None = None
+    action: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,12 +16,13 @@ import enum
 import itertools
 import secrets
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from duplex_gateway import commands as cmd
 from duplex_gateway import events as ev
+from duplex_gateway.audio.format import AudioFormat
 from duplex_gateway.engine import port
 from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError
 from duplex_gateway.session_config import Modality, SessionConfig, SessionKind, TurnDetectionMode
@@ -32,8 +33,10 @@ __all__ = [
     "AcknowledgeEvents",
     "AddItem",
     "AppendAudio",
+    "AppendText",
     "BargeInEngine",
     "CallerPaused",
+    "CancelInput",
     "CancelResponse",
     "ClearInput",
     "CloseSession",
@@ -45,6 +48,7 @@ __all__ = [
     "Output",
     "ProcessInput",
     "Session",
+    "SignalTurn",
     "StartResponse",
     "TruncateReply",
     "UpdateEngine",
@@ -83,9 +87,16 @@ class OpenEngine(EngineCall):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProcessInput(EngineCall):
-    """Decode, resample and VAD-scan caller audio, then call :meth:`Session.input_processed`."""
+    """Decode, resample and VAD-scan caller audio, then call :meth:`Session.input_processed`.
+
+    ``format`` is the audio's (the session's input format when None); ``is_speech``
+    and ``hints`` go back to :meth:`Session.input_processed` with the result.
+    """
 
     audio: bytes
+    format: AudioFormat | None = None
+    is_speech: bool | None = None
+    hints: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,19 +109,49 @@ class AcknowledgeEvents(EngineCall):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AppendAudio(EngineCall):
     pcm: bytes
+    #: The client's per-chunk hints (see :meth:`~duplex_gateway.engine.port.EngineSession.append_audio`).
+    is_speech: bool | None = None
+    hints: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommitInput(EngineCall):
-    """The caller's turn ``item_id`` is complete; the engine replies as ``response_id`` if set."""
+    """The caller's turn ``item_id`` is complete; the engine replies as ``response_id`` if set.
+
+    ``engine_decides``: no reply was asked for; the engine's own turn-taking decides.
+    """
 
     item_id: str
     response_id: str | None
+    final: bool = True
+    engine_decides: bool = False
+    #: The client's word on the turn (``is_speech: false``: silence), for the engine's turn-taking.
+    is_speech: bool | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClearInput(EngineCall):
     pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelInput(EngineCall):
+    """The caller abandoned the turn in progress (``input.cancel``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendText(EngineCall):
+    """Text pushed into the caller's live turn."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignalTurn(EngineCall):
+    """A client's turn signal for the engine's own turn-taking."""
+
+    event: str
+    payload: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -273,6 +314,12 @@ class Session:
         self._buffered_ms = 0.0
         self._input_ms = 0.0
         self._speech_item_id: str | None = None
+        #: Text pushed into the turn in progress (``input.text.append``): a commit has input.
+        self._buffered_text = False
+        #: A turn the engine found the end of, waiting for the engine to commit it.
+        self._stopped_item_id: str | None = None
+        #: The engine's names for caller turns -> the caller's items (engines that find turns).
+        self._engine_items: OrderedDict[str, str] = OrderedDict()
         self._ring: deque[tuple[float, float, bytes]] = deque()
         self._detector = self._make_detector()
         # turn_detection.idle_timeout_ms: when the caller's silence after a reply ends
@@ -354,6 +401,15 @@ class Session:
             or self.config.kind is SessionKind.TRANSCRIPTION
             or self.handshake is Handshake.DUPLEX
         )
+
+    @property
+    def engine_turns(self) -> bool:
+        """The engine's own turn-taking decides which turns get a reply (vLLM-Omni ``auto_response``).
+
+        Asked for by the client with ``extra_body.auto_response``, on an engine that
+        has native turn-taking; other engines get the gateway's rendering of it.
+        """
+        return self.capabilities.native_turns and self.config.auto_response and not self.transcribing_only
 
     @property
     def response_active(self) -> bool:
@@ -454,17 +510,56 @@ class Session:
         ]
 
     def _on_append(self, command: cmd.InputAudioAppend, now: float) -> list[Output]:
-        fmt = self.config.input_format
+        fmt = self._chunk_format(command)
         if not command.audio:
             raise ProtocolError(ErrorCode.INVALID_VALUE, "audio is empty", param="audio")
         fmt.check_length(len(command.audio))
         # Audio is never refused for arriving fast: the connection paces the client with backpressure.
-        return [ProcessInput(audio=command.audio)]
+        return [
+            ProcessInput(
+                audio=command.audio,
+                format=None if fmt == self.config.input_format else fmt,
+                is_speech=command.is_speech,
+                hints=command.hints,
+            )
+        ]
+
+    def _chunk_format(self, command: cmd.InputAudioAppend) -> AudioFormat:
+        """The format of one chunk: what the client declared for it, the session's for the rest."""
+        session = self.config.input_format
+        if command.encoding is None and command.rate is None:
+            return session
+        encoding = command.encoding or session.encoding
+        rate = command.rate
+        if rate is None:
+            # A telephone codec named without a rate is at its own 8 kHz, as vLLM-Omni reads it.
+            rate = 8_000 if encoding.is_g711 and not session.encoding.is_g711 else session.rate
+        return AudioFormat(encoding=encoding, rate=rate)
+
+    def _on_input_cancel(self, command: cmd.InputCancel, now: float) -> list[Output]:
+        self._drop_input()
+        return [CancelInput(), ev.InputAudioCleared()]
+
+    def _on_text_append(self, command: cmd.InputTextAppend, now: float) -> list[Output]:
+        self._require_native_turns(command.type)
+        self._buffered_text = True
+        return [AppendText(text=command.text)]
+
+    def _on_turn_signal(self, command: cmd.TurnSignal, now: float) -> list[Output]:
+        self._require_native_turns(command.type)
+        return [SignalTurn(event=command.event, payload=command.payload)]
+
+    def _require_native_turns(self, what: str) -> None:
+        if not self.capabilities.native_turns:
+            raise ProtocolError(
+                ErrorCode.UNSUPPORTED_BY_ENGINE,
+                f"{what} needs an engine with its own turn-taking; the {self.capabilities.name} engine has none",
+            )
 
     def _on_commit(self, command: cmd.InputAudioCommit, now: float) -> list[Output]:
         if command.create_response and self.transcribing_only:
             raise self._never_replies(param="response_create")
-        if self._buffered_ms <= 0.0:
+        if self._buffered_ms <= 0.0 and not self._buffered_text:
             if command.is_speech is False:
                 return []  # vLLM-Omni takes a commit of nothing but declared silence without a word
             raise ProtocolError(ErrorCode.INPUT_AUDIO_BUFFER_EMPTY, "the input audio buffer is empty")
@@ -476,6 +571,12 @@ class Session:
             )
         if command.create_response:
             create = True
+        elif self.engine_turns:
+            # vLLM-Omni answers an auto_response commit by its own turn-taking (it may choose to
+            # listen); the reply, if any, is the engine's, announced when it starts.
+            return self._commit_turn(
+                create_response=False, final=command.final, engine_decides=True, is_speech=command.is_speech
+            )
         elif self.config.auto_response and command.final:
             # vLLM-Omni's server answers every final commit of an auto_response session, even
             # one that says response_create: false. A turn that ends while a reply is in
@@ -488,10 +589,14 @@ class Session:
         return self._commit_turn(create_response=create)
 
     def _on_clear(self, command: cmd.InputAudioClear, now: float) -> list[Output]:
+        self._drop_input()
+        return [ClearInput(), ev.InputAudioCleared()]
+
+    def _drop_input(self) -> None:
         self._buffered_ms = 0.0
+        self._buffered_text = False
         self._ring.clear()
         self._end_speech()
-        return [ClearInput(), ev.InputAudioCleared()]
 
     def _on_response_create(self, command: cmd.ResponseCreate, now: float) -> list[Output]:
         if self.transcribing_only:
@@ -620,11 +725,18 @@ class Session:
     # -- caller audio -------------------------------------------------------------------
 
     def input_processed(
-        self, pcm: bytes, duration_ms: float, windows: Sequence[tuple[int, float]] = ()
+        self,
+        pcm: bytes,
+        duration_ms: float,
+        windows: Sequence[tuple[int, float]] = (),
+        *,
+        is_speech: bool | None = None,
+        hints: Mapping[str, object] | None = None,
     ) -> list[Output]:
         """Caller audio converted to the engine's format, with VAD windows ``(end_ms, probability)``.
 
-        ``end_ms`` counts from the start of the session's input stream.
+        ``end_ms`` counts from the start of the session's input stream; ``is_speech``
+        and ``hints`` are the client's, for the engine.
         """
         # An empty chunk (the resampler is still filling) still moves the input
         # clock and may carry VAD windows: only its audio is absent.
@@ -634,7 +746,7 @@ class Session:
         self._input_ms += duration_ms
         if self._detector is None:
             self._buffered_ms += duration_ms
-            return [AppendAudio(pcm=pcm)] if pcm else []
+            return [AppendAudio(pcm=pcm, is_speech=is_speech, hints=hints or {})] if pcm else []
         outputs: list[Output] = []
         if self._speech_item_id is None:
             if pcm:
@@ -645,7 +757,7 @@ class Session:
         else:
             self._buffered_ms += duration_ms
             if pcm:
-                outputs.append(AppendAudio(pcm=pcm))
+                outputs.append(AppendAudio(pcm=pcm, is_speech=is_speech, hints=hints or {}))
         for decision in self._detector.feed_many(windows):
             if isinstance(decision, SpeechStart) and self._speech_item_id is None:
                 outputs.extend(self._speech_started(decision.audio_start_ms))
@@ -680,7 +792,12 @@ class Session:
         item_id = self._speech_item_id
         assert item_id is not None
         outputs: list[Output] = [ev.SpeechStopped(audio_end_ms=audio_end_ms, item_id=item_id)]
-        outputs.extend(self._commit_turn(create_response=self._turn_detection_creates_response()))
+        if self.engine_turns:
+            td = self.config.turn_detection
+            decides = td is not None and td.create_response
+            outputs.extend(self._commit_turn(create_response=False, engine_decides=decides))
+        else:
+            outputs.extend(self._commit_turn(create_response=self._turn_detection_creates_response()))
         return outputs
 
     def _turn_detection_creates_response(self) -> bool:
@@ -692,22 +809,64 @@ class Session:
         if self._detector is not None:
             self._detector.reset()
 
-    def _commit_turn(self, *, create_response: bool) -> list[Output]:
+    def _commit_turn(
+        self,
+        *,
+        create_response: bool,
+        final: bool = True,
+        engine_decides: bool = False,
+        is_speech: bool | None = None,
+    ) -> list[Output]:
         item_id = self._speech_item_id or self._new_id("item")
         self._speech_item_id = None
+        response = self._request_response(self.config.output_modalities) if create_response else None
+        call = CommitInput(
+            item_id=item_id, response_id=response.id if response else None, final=final,
+            engine_decides=engine_decides, is_speech=is_speech,
+        )
+        outputs: list[Output] = [call, *self._turn_committed(item_id)]
+        if response is not None:
+            outputs.append(ev.ResponseCreated(response_id=response.id))
+        return outputs
+
+    def _turn_committed(self, item_id: str) -> list[Output]:
+        """The caller's turn is ``item_id`` in the conversation from now on."""
         turn_ms, self._buffered_ms = self._buffered_ms, 0.0
+        self._buffered_text = False
         item = ev.ConversationItem(id=item_id, role="user", content_type="input_audio")
         previous = self._remember(_Item(item=item, produced_ms=turn_ms))
-        response = self._request_response(self.config.output_modalities) if create_response else None
-        outputs: list[Output] = [
-            CommitInput(item_id=item_id, response_id=response.id if response else None),
+        return [
             ev.InputAudioCommitted(item_id=item_id, previous_item_id=previous),
             ev.ConversationItemAdded(item=item, previous_item_id=previous),
             ev.ConversationItemDone(item=item, previous_item_id=previous),
         ]
-        if response is not None:
-            outputs.append(ev.ResponseCreated(response_id=response.id))
-        return outputs
+
+    def _engine_turn_committed(self, engine_item_id: str) -> list[Output]:
+        """The engine committed a caller turn; one it ended by itself is announced now."""
+        if not engine_item_id or engine_item_id in self._items:
+            return []  # the gateway committed it, under this very id
+        mapped = self._engine_items.get(engine_item_id)
+        if mapped is not None and mapped in self._items:
+            return []
+        item_id = mapped or self._stopped_item_id or self._speech_item_id or self._new_id("item")
+        if item_id == self._speech_item_id:
+            self._end_speech()
+        self._stopped_item_id = None
+        self._map_engine_item(engine_item_id, item_id)
+        return self._turn_committed(item_id)
+
+    def _map_engine_item(self, engine_item_id: str, item_id: str) -> None:
+        if not engine_item_id or engine_item_id == item_id:
+            return
+        self._engine_items[engine_item_id] = item_id
+        while len(self._engine_items) > MAX_ITEMS:
+            self._engine_items.popitem(last=False)
+
+    def _caller_item(self, engine_item_id: str) -> str:
+        """The caller's item an engine's item id names ("" for none known)."""
+        if engine_item_id in self._items:
+            return engine_item_id
+        return self._engine_items.get(engine_item_id, "")
 
     def _request_response(self, modalities: tuple[Modality, ...]) -> _Response:
         """A new reply, owned from now on: cancel, clear and barge-in reach it before the engine starts it."""
@@ -776,15 +935,33 @@ class Session:
         if isinstance(event, port.EngineSpeechStarted):
             if self._speech_item_id is not None:
                 return []
-            return self._speech_started(event.audio_start_ms)
+            started = self._speech_started(event.audio_start_ms)
+            assert self._speech_item_id is not None
+            self._map_engine_item(event.item_id, self._speech_item_id)
+            return started
         if isinstance(event, port.EngineSpeechStopped):
             item_id = self._speech_item_id
             if item_id is None:
                 return []
             self._speech_item_id = None
+            self._stopped_item_id = item_id  # committed when the engine says it committed the turn
+            self._map_engine_item(event.item_id, item_id)
             return [ev.SpeechStopped(audio_end_ms=event.audio_end_ms, item_id=item_id)]
+        if isinstance(event, port.EngineTurnCommitted):
+            return self._engine_turn_committed(event.item_id)
+        if isinstance(event, port.EngineListen):
+            return [ev.ResponseListen(response_id=event.response_id, reason=event.reason)]
+        if isinstance(event, port.EngineSpeak):
+            response = self._response
+            item_id = response.item_id if response is not None and response.id == event.response_id else None
+            return [ev.ResponseSpeak(response_id=event.response_id, item_id=item_id)]
+        if isinstance(event, port.EngineOverlapDecision):
+            return [ev.OverlapDecision(policy=event.policy, action=event.action, reason=event.reason)]
         if isinstance(event, port.EngineInputTranscript):
-            item_id = event.item_id or self._speech_item_id or self._last_item_id or ""
+            item_id = (
+                self._caller_item(event.item_id) or event.item_id or self._speech_item_id
+                or self._stopped_item_id or self._last_caller_item() or ""
+            )
             if event.final:
                 record = self._items.get(item_id)
                 if record is not None:
@@ -797,7 +974,8 @@ class Session:
         if isinstance(event, port.EngineInputTranscriptFailed):
             if not self.transcribes_input:
                 return []
-            return [ev.InputTranscriptionFailed(item_id=event.item_id, code=event.code, message=event.message)]
+            item_id = self._caller_item(event.item_id) or event.item_id
+            return [ev.InputTranscriptionFailed(item_id=item_id, code=event.code, message=event.message)]
         if isinstance(event, port.EngineError):
             outputs: list[Output] = [
                 ev.ErrorEvent(code=ErrorCode.ENGINE_ERROR, message=f"{event.code}: {event.message}")
@@ -997,6 +1175,13 @@ class Session:
 
     # -- conversation items ----------------------------------------------------------------
 
+    def _last_caller_item(self) -> str | None:
+        """The caller's latest spoken turn (a transcript never belongs to an assistant item)."""
+        for record in reversed(self._items.values()):
+            if record.item.role == "user" and record.item.content_type == "input_audio":
+                return record.item.id
+        return None
+
     def _remember(self, record: _Item) -> str | None:
         """Add ``record`` at the end of the conversation; returns the item before it."""
         previous = self._last_item_id
@@ -1058,6 +1243,9 @@ Session._handlers = {
     cmd.InputAudioAppend: Session._on_append,
     cmd.InputAudioCommit: Session._on_commit,
     cmd.InputAudioClear: Session._on_clear,
+    cmd.InputCancel: Session._on_input_cancel,
+    cmd.InputTextAppend: Session._on_text_append,
+    cmd.TurnSignal: Session._on_turn_signal,
     cmd.ResponseCreate: Session._on_response_create,
     cmd.ResponseCancel: Session._on_response_cancel,
     cmd.OutputAudioClear: Session._on_output_clear,

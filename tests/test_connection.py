@@ -184,10 +184,10 @@ class GatedEcho(EchoEngine):
         session = await super().open_session(session_id, config)
         take = session.append_audio
 
-        async def gated(pcm: bytes) -> None:
+        async def gated(pcm: bytes, **hints: Any) -> None:
             await self.gate.wait()
             self.appends.append(len(pcm))
-            await take(pcm)
+            await take(pcm, **hints)
 
         session.append_audio = gated  # type: ignore[method-assign]
         return session

@@ -882,3 +882,145 @@ def test_an_engine_that_cannot_transcribe_refuses_a_transcription_session() -> N
     duplex = make(handshake=Handshake.DUPLEX)
     out = duplex.receive(cmd.SessionUpdate(session=SessionPatch(kind=SessionKind.TRANSCRIPTION)), now=0)
     assert out[0].code is ErrorCode.INVALID_VALUE  # type: ignore[union-attr]
+
+
+# -- the engine's own turn-taking (vLLM-Omni auto_response, engine VAD) --------------------------
+
+NATIVE = replace(CAPS, native_turns=True)
+ENGINE_VAD = replace(CAPS, native_turns=True, detects_turns=True)
+
+
+def native(config: SessionConfig = MANUAL, caps: port.EngineCapabilities = NATIVE) -> Session:
+    return Session(session_id="sess_1", capabilities=caps, defaults=config, handshake=Handshake.REALTIME)
+
+
+def test_auto_response_on_a_native_engine_leaves_the_reply_to_the_engine() -> None:
+    s = native(replace(MANUAL, auto_response=True))
+    assert s.engine_turns
+    s.input_processed(pcm(400), 400)
+    out = s.receive(cmd.InputAudioCommit(), now=0)
+    (commit,) = only(out, CommitInput)
+    assert (commit.response_id, commit.engine_decides, commit.final) == (None, True, True)
+    assert "response.created" not in types(out)  # the model may choose to listen
+    assert types(s.engine_event(port.EngineTurnCommitted(item_id=commit.item_id))) == []  # ours: announced
+    # The model chose to speak: its reply is announced under its own id.
+    out = start_response(s, "resp_engine")
+    assert types(out)[:2] == ["response.created", "response.output_item.added"]
+    item_id = only(out, ev.OutputItemAdded)[0].item.id
+    assert s.engine_event(port.EngineSpeak(response_id="resp_engine")) == [
+        ev.ResponseSpeak(response_id="resp_engine", item_id=item_id)
+    ]
+    # A non-final segment goes to the engine as one.
+    s.input_processed(pcm(100), 100)
+    (segment,) = only(s.receive(cmd.InputAudioCommit(final=False), now=0), CommitInput)
+    assert segment.final is False and segment.engine_decides
+    # The caller's words land on the caller's item, never on the assistant's.
+    out = s.engine_event(port.EngineInputTranscript(item_id="", text="hello", final=True))
+    assert [o.item_id for o in only(out, ev.InputTranscriptionCompleted)] in ([], [segment.item_id])
+
+
+def test_auto_response_on_other_engines_is_the_gateways_rendering() -> None:
+    s = make(replace(MANUAL, auto_response=True))
+    assert not s.engine_turns
+    s.input_processed(pcm(400), 400)
+    out = s.receive(cmd.InputAudioCommit(), now=0)
+    (commit,) = only(out, CommitInput)
+    assert commit.response_id is not None and not commit.engine_decides
+    assert "response.created" in types(out)
+    # An explicit response_create on a native engine is the gateway's reply, named by it.
+    s = native(replace(MANUAL, auto_response=True))
+    s.input_processed(pcm(400), 400)
+    (commit,) = only(s.receive(cmd.InputAudioCommit(create_response=True), now=0), CommitInput)
+    assert commit.response_id is not None and not commit.engine_decides
+
+
+def test_listen_and_overlap_decisions_reach_the_client() -> None:
+    s = native(replace(MANUAL, auto_response=True))
+    assert s.engine_event(port.EngineListen(reason="silence_or_noise")) == [
+        ev.ResponseListen(response_id=None, reason="silence_or_noise")
+    ]
+    decision = port.EngineOverlapDecision(policy="listen_only", action="listen", reason="short_ack")
+    assert s.engine_event(decision) == [
+        ev.OverlapDecision(policy="listen_only", action="listen", reason="short_ack")
+    ]
+
+
+def test_a_turn_the_engine_ended_becomes_the_callers_item() -> None:
+    s = native(VAD, ENGINE_VAD)
+    started = s.engine_event(port.EngineSpeechStarted(audio_start_ms=100, item_id="item_engine"))
+    (speech,) = only(started, ev.SpeechStarted)
+    item_id = speech.item_id
+    s.input_processed(pcm(500), 500)
+    stopped = s.engine_event(port.EngineSpeechStopped(audio_end_ms=600, item_id="item_engine"))
+    assert stopped == [ev.SpeechStopped(audio_end_ms=600, item_id=item_id)]
+    out = s.engine_event(port.EngineTurnCommitted(item_id="item_engine"))
+    assert types(out) == ["input_audio_buffer.committed", "conversation.item.added", "conversation.item.done"]
+    assert {o.item_id if isinstance(o, ev.InputAudioCommitted) else o.item.id for o in out} == {item_id}  # type: ignore[union-attr]
+    assert s.engine_event(port.EngineTurnCommitted(item_id="item_engine")) == []  # once
+    # Its transcript, named by the engine, lands on the caller's item.
+    s = native(replace(VAD, input_transcription=InputTranscription()), ENGINE_VAD)
+    s.engine_event(port.EngineSpeechStarted(audio_start_ms=0, item_id="e1"))
+    (speech,) = [o for o in s.engine_event(port.EngineSpeechStopped(audio_end_ms=900, item_id="e1"))]
+    s.engine_event(port.EngineTurnCommitted(item_id="e1"))
+    start_response(s, "resp_e")  # the reply starts before the transcript arrives
+    out = s.engine_event(port.EngineInputTranscript(item_id="e1", text="hi there", final=True))
+    assert [o.item_id for o in only(out, ev.InputTranscriptionCompleted)] == [speech.item_id]  # type: ignore[attr-defined]
+
+
+def test_a_turn_the_engine_committed_unannounced_gets_an_item() -> None:
+    s = native(replace(MANUAL, auto_response=True))
+    s.input_processed(pcm(300), 300)
+    out = s.engine_event(port.EngineTurnCommitted(item_id="item_x"))
+    assert types(out) == ["input_audio_buffer.committed", "conversation.item.added", "conversation.item.done"]
+    assert s.receive(cmd.InputAudioCommit(), now=0)[0].code is ErrorCode.INPUT_AUDIO_BUFFER_EMPTY  # type: ignore[union-attr]
+
+
+def test_transcript_without_an_item_id_goes_to_the_callers_last_turn() -> None:
+    s = make(replace(MANUAL, input_transcription=InputTranscription()))
+    s.input_processed(pcm(300), 300)
+    (commit,) = only(s.receive(cmd.InputAudioCommit(create_response=True), now=0), CommitInput)
+    start_response(s, commit.response_id or "")
+    out = s.engine_event(port.EngineInputTranscript(item_id="", text="hello", final=True))
+    assert [o.item_id for o in only(out, ev.InputTranscriptionCompleted)] == [commit.item_id]
+
+
+def test_text_into_a_live_turn_and_turn_signals_need_native_turn_taking() -> None:
+    s = make()
+    for command in (cmd.InputTextAppend(text="hi", event_id="t1"), cmd.TurnSignal(event="user_started")):
+        (error,) = s.receive(command, now=0)
+        assert isinstance(error, ev.ErrorEvent) and error.code is ErrorCode.UNSUPPORTED_BY_ENGINE
+    s = native()
+    assert types(s.receive(cmd.InputTextAppend(text="book a table"), now=0)) == ["AppendText"]
+    # Text alone is a turn to commit.
+    assert types(s.receive(cmd.InputAudioCommit(create_response=True), now=0))[:2] == [
+        "CommitInput", "input_audio_buffer.committed"
+    ]
+    out = s.receive(cmd.TurnSignal(event="user_started", payload={"at_ms": 3}), now=0)
+    assert types(out) == ["SignalTurn"] and out[0].payload == {"at_ms": 3}  # type: ignore[union-attr]
+
+
+def test_input_cancel_abandons_the_turn() -> None:
+    s = make()
+    s.input_processed(pcm(300), 300)
+    assert types(s.receive(cmd.InputCancel(), now=0)) == ["CancelInput", "input_audio_buffer.cleared"]
+    assert s.receive(cmd.InputAudioCommit(), now=0)[0].code is ErrorCode.INPUT_AUDIO_BUFFER_EMPTY  # type: ignore[union-attr]
+
+
+def test_chunk_hints_and_formats() -> None:
+    s = make()
+    same = s.receive(cmd.InputAudioAppend(audio=bytes(480), encoding=Encoding.PCM16, rate=RATE), now=0)
+    assert same == [ProcessInput(audio=bytes(480))]
+    hinted = s.receive(cmd.InputAudioAppend(audio=bytes(160), encoding=Encoding.G711_ULAW, is_speech=False,
+                                            hints={"rms": 0.0}), now=0)
+    assert hinted == [
+        ProcessInput(audio=bytes(160), format=AudioFormat(encoding=Encoding.G711_ULAW, rate=8_000), is_speech=False,
+                     hints={"rms": 0.0})
+    ]
+    rate_only = s.receive(cmd.InputAudioAppend(audio=bytes(320), rate=16_000), now=0)
+    assert rate_only[0].format == AudioFormat(encoding=Encoding.PCM16, rate=16_000)  # type: ignore[union-attr]
+    (error,) = s.receive(cmd.InputAudioAppend(audio=bytes(3), rate=16_000), now=0)
+    assert isinstance(error, ev.ErrorEvent) and error.code is ErrorCode.INVALID_AUDIO_LENGTH
+    # The hints ride with the audio to the engine.
+    assert s.input_processed(pcm(20), 20, is_speech=False, hints={"rms": 0.0}) == [
+        AppendAudio(pcm=pcm(20), is_speech=False, hints={"rms": 0.0})
+    ]

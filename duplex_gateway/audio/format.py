@@ -25,6 +25,11 @@ class Encoding(enum.StrEnum):
     def bytes_per_sample(self) -> int:
         return _BYTES_PER_SAMPLE[self]
 
+    @property
+    def is_g711(self) -> bool:
+        """A telephone codec (8 kHz unless said otherwise)."""
+        return self in (Encoding.G711_ULAW, Encoding.G711_ALAW)
+
 
 _BYTES_PER_SAMPLE = {
     Encoding.PCM16: 2,

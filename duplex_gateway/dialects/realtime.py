@@ -30,6 +30,8 @@ from duplex_gateway.commands import (
     InputAudioAppend,
     InputAudioClear,
     InputAudioCommit,
+    InputCancel,
+    InputTextAppend,
     OutputAudioClear,
     PlaybackAck,
     ResponseCancel,
@@ -39,12 +41,14 @@ from duplex_gateway.commands import (
     SessionHeartbeat,
     SessionResume,
     SessionUpdate,
+    TurnSignal,
 )
 from duplex_gateway.dialects.realtime_session import (
     as_int,
     as_ms,
     as_object,
     as_str,
+    encoding_for_name,
     get_field,
     invalid,
     is_missing,
@@ -53,6 +57,7 @@ from duplex_gateway.dialects.realtime_session import (
     opt_str,
     parse_modalities,
     parse_session_patch,
+    sample_rate,
     session_payload,
 )
 from duplex_gateway.errors import ErrorCode, ProtocolError, error_type_for
@@ -78,10 +83,13 @@ from duplex_gateway.events import (
     OutputAudioCleared,
     OutputItemAdded,
     OutputItemDone,
+    OverlapDecision,
     PlaybackAcknowledged,
     RateLimitsUpdated,
     ResponseCreated,
     ResponseDone,
+    ResponseListen,
+    ResponseSpeak,
     ServerEvent,
     SessionClosed,
     SessionCreated,
@@ -183,7 +191,54 @@ def _append(data: Mapping[str, object], event_id: str | None) -> Command:
         raise ProtocolError(ErrorCode.INVALID_BASE64, "'audio' is not valid base64", param="audio") from None
     if not decoded:
         raise invalid("audio", "'audio' must not be empty")
-    return InputAudioAppend(event_id=event_id, audio=decoded)
+    # vLLM-Omni's per-chunk hints. The chunk's timing (duration_ms, audio_end_ms) is checked
+    # but not passed on: the gateway re-slices audio, and engines measure it themselves.
+    name = opt_str(data, "format", "")
+    encoding = encoding_for_name(name, "format") if name else None
+    rate_value = data.get("sample_rate_hz")
+    rate = None if rate_value is None else sample_rate(rate_value, "sample_rate_hz")
+    for key in ("duration_ms", "audio_end_ms"):
+        if data.get(key) is not None:
+            as_ms(data[key], key)
+    is_speech = data.get("is_speech")
+    if is_speech is not None and not isinstance(is_speech, bool):
+        raise invalid("is_speech", "'is_speech' must be a boolean")
+    frames = data.get("video_frames")
+    if frames:
+        raise invalid("video_frames", "video frames are not carried by this gateway (audio only)")
+    hints = opt_object(data, "hints", "")
+    return InputAudioAppend(
+        event_id=event_id, audio=decoded, encoding=encoding, rate=rate, is_speech=is_speech,
+        hints=dict(hints) if hints else {},
+    )
+
+
+def _text_append(data: Mapping[str, object], event_id: str | None) -> Command:
+    text = as_str(get_field(data, "text", "", required=True), "text")
+    return InputTextAppend(event_id=event_id, text=text)
+
+
+#: ``turn.signal`` events that name a command of their own, read from the signal's payload.
+_SIGNALLED_COMMANDS = frozenset(
+    {
+        "input.cancel", "barge_in", "response.cancel", "conversation.item.create",
+        "conversation.item.delete", "conversation.item.truncate", "conversation.item.retrieve",
+    }
+)
+
+
+def _turn_signal(data: Mapping[str, object], event_id: str | None) -> Command:
+    signal = as_str(get_field(data, "event", "", required=True), "event", nonempty=True)
+    payload = opt_object(data, "payload", "") or {}
+    if signal == "session.update":
+        # vLLM-Omni's signal form of an update: the payload is the session object itself.
+        return SessionUpdate(event_id=event_id, session=parse_session_patch(payload, "payload"))
+    if signal in _SIGNALLED_COMMANDS:
+        body = dict(payload)
+        if signal == "response.cancel" and "response_id" not in body and "response_id" in data:
+            body["response_id"] = data["response_id"]
+        return _PARSERS[signal](body, event_id)
+    return TurnSignal(event_id=event_id, event=signal, payload=dict(payload))
 
 
 def _response_create(data: Mapping[str, object], event_id: str | None) -> Command:
@@ -323,6 +378,12 @@ _PARSERS: dict[str, _Parser] = {
     "input_audio_buffer.commit": _commit,
     "input.commit": _input_commit,
     "input_audio_buffer.clear": _bare(InputAudioClear),
+    "input.cancel": _bare(InputCancel),
+    "input.text.append": _text_append,
+    "input_text.append": _text_append,
+    "push_text": _text_append,
+    "turn.signal": _turn_signal,
+    "signal_turn": _turn_signal,
     "response.create": _response_create,
     "response.cancel": _response_cancel,
     "conversation.item.create": _item_create,
@@ -332,8 +393,11 @@ _PARSERS: dict[str, _Parser] = {
     "output_audio_buffer.clear": _bare(OutputAudioClear),
     "barge_in": _bare(BargeIn),
     "playback.ack": _playback_ack,
+    "audio.playback_ack": _playback_ack,
     "session.heartbeat": _bare(SessionHeartbeat),
     "session.close": _session_close,
+    "close": _session_close,
+    "close_session": _session_close,
     "session.event_ack": _event_ack,
     "session.resume": _session_resume,
 }
@@ -358,7 +422,7 @@ _BETA_NAMES = {
 _GA_ONLY = frozenset({"conversation.item.done", "input_audio_buffer.timeout_triggered"})
 #: vLLM-Omni events sent unasked, so only to clients of its duplex handshake: a plain
 #: Realtime client knows no such type (strict ones report an error for it).
-_DUPLEX_ONLY = frozenset({"session.closed"})
+_DUPLEX_ONLY = frozenset({"session.closed", "response.listen", "response.speak", "overlap.decision"})
 
 
 def render_server_event(
@@ -575,6 +639,21 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
     OutputAudioCleared: lambda e, beta, sid: {"response_id": e.response_id},
     RateLimitsUpdated: lambda e, beta, sid: {"rate_limits": []},
     PlaybackAcknowledged: lambda e, beta, sid: _playback(e, sid),
+    ResponseListen: lambda e, beta, sid: _listen(e, sid),
+    ResponseSpeak: lambda e, beta, sid: {
+        "response_id": e.response_id,
+        "item_id": e.item_id,
+        "output_index": 0,
+        "content_index": 0,
+        "metadata": {"session_id": sid},
+    },
+    OverlapDecision: lambda e, beta, sid: {
+        "session_id": sid,
+        "policy": e.policy,
+        "action": e.action,
+        "reason": e.reason,
+        "metadata": {},
+    },
     HeartbeatAck: lambda e, beta, sid: {"session_id": e.session_id},
     SessionClosed: lambda e, beta, sid: {"session_id": e.session_id, "reason": e.reason},
     ErrorEvent: lambda e, beta, sid: {
@@ -587,6 +666,16 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
         }
     },
 }
+
+
+def _listen(event: ResponseListen, session_id: str) -> JsonObject:
+    # vLLM-Omni's shape: a listening "response", its id only when the model stopped one.
+    response: JsonObject = {"object": "realtime.response", "status": "listening", "metadata": {"reason": event.reason}}
+    fields: JsonObject = {"session_id": session_id, "response": response}
+    if event.response_id is not None:
+        response["id"] = event.response_id
+        fields["response_id"] = event.response_id
+    return fields
 
 
 def _playback(event: PlaybackAcknowledged, session_id: str) -> JsonObject:

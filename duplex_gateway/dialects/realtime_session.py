@@ -47,6 +47,7 @@ __all__ = [
     "format_object",
     "parse_session_patch",
     "parse_turn_detection",
+    "sample_rate",
     "session_payload",
     "transcription_object",
     "turn_detection_object",
@@ -193,7 +194,8 @@ def encoding_for_name(name: str, param: str) -> Encoding:
     return encoding
 
 
-def _rate(value: object, param: str) -> int:
+def sample_rate(value: object, param: str) -> int:
+    """A sample rate the gateway takes (8-192 kHz)."""
     rate = as_int(value, param)
     if not MIN_RATE <= rate <= MAX_RATE:
         raise invalid(
@@ -240,7 +242,7 @@ def _audio_format(
         return None
     if rate_value is None:
         return AudioFormat(encoding=encoding, rate=8_000 if encoding in _G711 else 24_000)
-    return AudioFormat(encoding=encoding, rate=_rate(rate_value, rate_param))
+    return AudioFormat(encoding=encoding, rate=sample_rate(rate_value, rate_param))
 
 
 def format_object(fmt: AudioFormat) -> JsonObject:

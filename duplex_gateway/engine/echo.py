@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 from duplex_gateway.engine import port
 from duplex_gateway.engine.event_queue import EngineEventQueue
@@ -37,13 +37,24 @@ class EchoSession(port.EngineSession):
         self._reply_id: str | None = None
         self._closed = False
 
-    async def append_audio(self, pcm: bytes) -> None:
+    async def append_audio(
+        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+    ) -> None:
+        # The client's chunk hints are not read: this engine hears the audio itself.
         self._turn += pcm
         overflow = len(self._turn) - self._max_turn_bytes
         if overflow > 0:  # a monologue: keep its most recent max_turn_s
             del self._turn[: overflow + (overflow & 1)]
 
-    async def commit(self, *, item_id: str, response_id: str | None) -> None:
+    async def commit(
+        self,
+        *,
+        item_id: str,
+        response_id: str | None,
+        final: bool = True,
+        engine_decides: bool = False,
+        is_speech: bool | None = None,
+    ) -> None:
         self._last_turn = bytes(self._turn)
         self._turn.clear()
         if response_id is not None:

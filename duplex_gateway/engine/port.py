@@ -8,7 +8,7 @@ the gateway's audio layer converts to and from each client's wire format.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -23,15 +23,19 @@ __all__ = [
     "EngineEvent",
     "EngineInputTranscript",
     "EngineInputTranscriptFailed",
+    "EngineListen",
+    "EngineOverlapDecision",
     "EngineRefused",
     "EngineResponseDone",
     "EngineResponseStarted",
     "EngineSession",
     "EngineSessionLimit",
+    "EngineSpeak",
     "EngineSpeechStarted",
     "EngineSpeechStopped",
     "EngineText",
     "EngineTranscript",
+    "EngineTurnCommitted",
     "EngineUnavailable",
 ]
 
@@ -49,6 +53,10 @@ class EngineCapabilities:
     input_transcription: bool = False
     voices: tuple[str, ...] = ("default",)
     max_sessions: int | None = None
+    #: The engine can take turns by itself (vLLM-Omni's ``auto_response``): it decides
+    #: whether a committed turn gets a reply, reports listen / speak / overlap decisions,
+    #: and takes text into a live turn (``input.text.append``) and ``turn.signal``\s.
+    native_turns: bool = False
 
     def as_pairs(self) -> tuple[tuple[str, object], ...]:
         return (
@@ -59,6 +67,7 @@ class EngineCapabilities:
             ("barge_in", self.barge_in),
             ("input_transcription", self.input_transcription),
             ("voices", list(self.voices)),
+            ("native_turn_taking", self.native_turns),
         )
 
 
@@ -130,16 +139,64 @@ class EngineResponseDone(EngineEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineSpeechStarted(EngineEvent):
-    """Engines that detect turns themselves report the caller's speech."""
+    """Engines that detect turns themselves report the caller's speech.
+
+    ``item_id`` is the engine's own name for the turn ("" when it has none); the
+    gateway session maps it to the caller's item.
+    """
 
     type: ClassVar[str] = "input_audio_buffer.speech_started"
     audio_start_ms: int
+    item_id: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineSpeechStopped(EngineEvent):
     type: ClassVar[str] = "input_audio_buffer.speech_stopped"
     audio_end_ms: int
+    item_id: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineTurnCommitted(EngineEvent):
+    """The engine's record of a caller turn: ``item_id`` (the engine's name for it).
+
+    Sent for every committed turn. For a turn the gateway committed, ``item_id`` is
+    the id the gateway gave it (or "" when the engine cannot carry it); for a turn
+    the engine ended itself (its own VAD or turn-taking) it is the engine's id,
+    and the gateway session announces the turn to the client.
+    """
+
+    type: ClassVar[str] = "input_audio_buffer.committed"
+    item_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineListen(EngineEvent):
+    """Native turn-taking: the model chose to keep listening (no reply for now)."""
+
+    type: ClassVar[str] = "response.listen"
+    #: The reply this ends, when the model stopped one to listen.
+    response_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineSpeak(EngineEvent):
+    """Native turn-taking: the model chose to speak; ``response_id`` is the reply it starts."""
+
+    type: ClassVar[str] = "response.speak"
+    response_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineOverlapDecision(EngineEvent):
+    """What the engine's overlap policy did when the caller spoke over a reply."""
+
+    type: ClassVar[str] = "overlap.decision"
+    policy: str | None = None
+    action: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,16 +244,34 @@ class EngineSession(abc.ABC):
     """One caller's conversation inside an engine."""
 
     @abc.abstractmethod
-    async def append_audio(self, pcm: bytes) -> None:
-        """Caller audio, PCM16 mono at the engine's input rate."""
+    async def append_audio(
+        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+    ) -> None:
+        """Caller audio, PCM16 mono at the engine's input rate.
+
+        ``is_speech`` and ``hints`` are what the client said about the chunk
+        (vLLM-Omni's per-chunk hints: its own speech flag, RMS, VAD scores ...);
+        engines that have no use for them ignore them.
+        """
 
     @abc.abstractmethod
-    async def commit(self, *, item_id: str, response_id: str | None) -> None:
+    async def commit(
+        self,
+        *,
+        item_id: str,
+        response_id: str | None,
+        final: bool = True,
+        engine_decides: bool = False,
+        is_speech: bool | None = None,
+    ) -> None:
         """The caller's turn ``item_id`` is complete; reply to it as ``response_id`` if one is given.
 
         The gateway names the reply before the engine starts it, so the reply can be
         cancelled (:meth:`cancel_response`) at any instant of its life, even before
-        the engine's first event for it.
+        the engine's first event for it. ``engine_decides`` (only for engines with
+        ``native_turns``): no reply was asked for, the engine's own turn-taking
+        decides whether to start one. ``final=False``: a segment of a turn that goes on;
+        ``is_speech=False``: the client says the turn is silence (the engine may listen on).
         """
 
     @abc.abstractmethod
@@ -225,6 +300,21 @@ class EngineSession(abc.ABC):
     @abc.abstractmethod
     async def clear_input(self) -> None:
         """Drop caller audio appended since the last commit."""
+
+    async def cancel_input(self) -> None:
+        """The caller abandoned the turn in progress (vLLM-Omni's ``input.cancel``).
+
+        Engines with turn state of their own drop it too; the default drops the audio.
+        """
+        await self.clear_input()
+
+    async def append_text(self, text: str) -> None:
+        """Text pushed into the caller's live turn (``input.text.append``; ``native_turns`` engines)."""
+        raise EngineRefused("unsupported_by_engine", "this engine takes no text into a live turn")
+
+    async def signal_turn(self, event: str, payload: Mapping[str, object]) -> None:
+        """A client's turn signal (``turn.signal``, e.g. ``user_started``; ``native_turns`` engines)."""
+        raise EngineRefused("unsupported_by_engine", "this engine takes no turn signals")
 
     @abc.abstractmethod
     async def create_response(self, *, response_id: str, instructions: str | None) -> None:

@@ -17,9 +17,19 @@ handle event                        port event
 ``response.done``                   :class:`~port.EngineResponseDone`
 ``input_audio_buffer.speech_*``     :class:`~port.EngineSpeechStarted` /
                                     ``Stopped`` (engine VAD only)
+``input_audio_buffer.committed``    :class:`~port.EngineTurnCommitted`
+``...input_audio_transcription      :class:`~port.EngineInputTranscript` (on the
+.completed``                        caller's item: commits carry its id)
+``response.listen`` / ``.speak``    :class:`~port.EngineListen` / ``EngineSpeak``
+``overlap.decision``                :class:`~port.EngineOverlapDecision`
 ``error``                           :class:`~port.EngineError`
 ``session.closed`` / ``expired``    :class:`~port.EngineClosed`
 ==================================  ==========================================
+
+A session whose client set ``extra_body.auto_response`` runs on vLLM-Omni's own
+turn-taking: the engine session is opened with it, commits leave the reply to the
+model (it may listen instead), and the model's listen / speak / overlap decisions
+reach the client.
 
 vLLM-Omni keeps a playback ledger: until the client says how much of a reply it
 played, the next user turn counts as talking over it and gets no answer. The
@@ -55,7 +65,7 @@ from duplex_gateway.audio.format import Encoding
 from duplex_gateway.audio.resample import StreamResampler
 from duplex_gateway.engine import port
 from duplex_gateway.engine.omni_fields import PendingUpdates, changed_fields, omni_session_fields
-from duplex_gateway.session_config import Modality, SessionConfig
+from duplex_gateway.session_config import Modality, SessionConfig, SessionKind
 
 __all__ = [
     "OmniFactoryError",
@@ -270,19 +280,37 @@ class VllmOmniSession(port.EngineSession):
 
     # -- port calls -----------------------------------------------------------------------
 
-    async def append_audio(self, pcm: bytes) -> None:
+    async def append_audio(
+        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+    ) -> None:
         # A reply nobody reported on is acknowledged at the commit, not here: the caller may
         # still report (or truncate) it while speaking.
-        # Gateway VAD (or the client's commits) decides turns: all audio handed over is the turn's.
-        is_speech = None if self._engine_vad else True
-        await self._handle.append_audio(pcm, format="pcm16", sample_rate_hz=self._input_rate, is_speech=is_speech)
+        if is_speech is None and not (self._engine_vad or self._config.auto_response):
+            # Gateway VAD (or the client's commits) decides turns: all audio handed over is the turn's.
+            is_speech = True
+        await self._handle.append_audio(
+            pcm, format="pcm16", sample_rate_hz=self._input_rate, is_speech=is_speech, hints=hints
+        )
 
-    async def commit(self, *, item_id: str, response_id: str | None) -> None:
+    async def commit(
+        self,
+        *,
+        item_id: str,
+        response_id: str | None,
+        final: bool = True,
+        engine_decides: bool = False,
+        is_speech: bool | None = None,
+    ) -> None:
         await self._ack_unreported()
         if response_id is not None:
             # vLLM-Omni names the reply it starts for this commit; it is mapped to ours when announced.
             self._pending_ids.append(response_id)
-        await self._handle.commit(final=True, create_response=response_id is not None)
+        create: bool | None = True if response_id is not None else (None if engine_decides else False)
+        # The turn carries the caller's item id, so the engine's events about it (committed,
+        # transcript) name the caller's item.
+        await self._handle.submit(
+            self._engine.commit_command(final=final, create_response=create, item_id=item_id, is_speech=is_speech)
+        )
 
     async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
         content_type = "output_text" if role == "assistant" else "input_text"
@@ -298,6 +326,15 @@ class VllmOmniSession(port.EngineSession):
 
     async def clear_input(self) -> None:
         await self._handle.clear_input()
+
+    async def cancel_input(self) -> None:
+        await self._handle.cancel_input()
+
+    async def append_text(self, text: str) -> None:
+        await self._handle.append_text(text)
+
+    async def signal_turn(self, event: str, payload: Mapping[str, object]) -> None:
+        await self._handle.signal_turn(event, payload)
 
     async def create_response(self, *, response_id: str, instructions: str | None) -> None:
         await self._ack_unreported()
@@ -451,12 +488,46 @@ class VllmOmniSession(port.EngineSession):
         if kind == "response.done":
             return self._on_response_done(event)
         if kind == "input_audio_buffer.speech_started" and self._engine_vad:
-            return [port.EngineSpeechStarted(audio_start_ms=int(getattr(event, "audio_start_ms", 0) or 0))]
+            return [
+                port.EngineSpeechStarted(
+                    audio_start_ms=int(getattr(event, "audio_start_ms", 0) or 0), item_id=_item_of(event)
+                )
+            ]
         if kind == "input_audio_buffer.speech_stopped" and self._engine_vad:
-            return [port.EngineSpeechStopped(audio_end_ms=int(getattr(event, "audio_end_ms", 0) or 0))]
+            return [
+                port.EngineSpeechStopped(audio_end_ms=int(getattr(event, "audio_end_ms", 0) or 0), item_id=_item_of(event))
+            ]
+        if kind == "input_audio_buffer.committed":
+            return [port.EngineTurnCommitted(item_id=_item_of(event))]
         if kind == "conversation.item.input_audio_transcription.completed":
             transcript = str(getattr(event, "transcript", "") or "")
-            return [port.EngineInputTranscript(item_id="", text=transcript, final=True)] if transcript else []
+            if not transcript:
+                return []
+            return [port.EngineInputTranscript(item_id=_item_of(event), text=transcript, final=True)]
+        if kind == "response.listen":
+            engine_id = getattr(event, "response_id", None)
+            reply = self._replies.get(str(engine_id)) if engine_id else None
+            if reply is not None and reply.dropped:
+                return []
+            return [
+                port.EngineListen(
+                    response_id=reply.gateway_id if reply is not None else None,
+                    reason=_detail(getattr(event, "details", None), "reason"),
+                )
+            ]
+        if kind == "response.speak":
+            reply = self._replies.get(str(getattr(event, "response_id", "")))
+            if reply is None or reply.dropped:
+                return []
+            return [port.EngineSpeak(response_id=reply.gateway_id)]
+        if kind == "overlap.decision":
+            return [
+                port.EngineOverlapDecision(
+                    policy=_str_or_none(getattr(event, "policy", None)),
+                    action=_str_or_none(getattr(event, "action", None)),
+                    reason=_str_or_none(getattr(event, "reason", None)),
+                )
+            ]
         if kind == "session.updated":
             self._updates.settle(None)  # vLLM-Omni answers updates in order
             return []
@@ -548,6 +619,25 @@ def _playback_sent_ms(metadata: object) -> int | None:
     return int(value) if isinstance(value, int | float) and value >= 0 else None
 
 
+def _engine_answers(config: SessionConfig) -> bool:
+    """vLLM-Omni's ``auto_response`` for a session: the client's, in a session that replies at all."""
+    return config.auto_response and config.kind is SessionKind.REALTIME
+
+
+def _item_of(event: Any) -> str:
+    """An event's ``item_id`` ("" when it names none)."""
+    value = getattr(event, "item_id", None)
+    return value if isinstance(value, str) else ""
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _detail(details: object, key: str) -> str | None:
+    return _str_or_none(details.get(key)) if isinstance(details, Mapping) else None
+
+
 def _response_field(event: Any, key: str) -> str | None:
     response = getattr(event, "response", None)
     if isinstance(response, Mapping):
@@ -603,6 +693,7 @@ class VllmOmniEngine(port.Engine):
             output_rate=output_rate or DEFAULT_OUTPUT_RATE,
             detects_turns=engine_vad,
             max_sessions=max_sessions,
+            native_turns=True,
         )
         self._gateway_max_sessions = max_sessions
         self._omni: Any = None
@@ -695,6 +786,15 @@ class VllmOmniEngine(port.Engine):
         typed.use_tts_template = config.use_tts_template
         return typed
 
+    def commit_command(
+        self, *, final: bool, create_response: bool | None, item_id: str, is_speech: bool | None
+    ) -> Any:
+        """vLLM-Omni's ``Commit`` for a caller turn the gateway names ``item_id``."""
+        commands = importlib.import_module("vllm_omni.engine.duplex.commands")
+        return commands.Commit(
+            final=final, create_response=create_response, is_speech=is_speech, realtime_item_id=item_id
+        )
+
     def update_command(self, patch: dict[str, object], event_id: str) -> Any:
         """vLLM-Omni's ``UpdateSession`` command for ``patch``; its answer names ``event_id``."""
         commands = importlib.import_module("vllm_omni.engine.duplex.commands")
@@ -714,8 +814,9 @@ class VllmOmniEngine(port.Engine):
         if config.voice and config.voice != "default":
             patch["voice"] = config.voice
         patch.update(omni_session_fields(config))
-        # The gateway session decides which commits are answered (it reads auto_response itself).
-        patch["extra_body"] = {**config.extra_body, "auto_response": False}
+        # auto_response as the client set it: with it the model's own turn-taking answers
+        # commits (the gateway session then leaves the decision to the engine).
+        patch["extra_body"] = {**config.extra_body, "auto_response": _engine_answers(config)}
         td = config.turn_detection
         if self._caps.detects_turns and td is not None:
             patch["turn_detection"] = {

@@ -236,7 +236,10 @@ class VllmOmniStreamSession(port.EngineSession):
 
     # -- port calls -----------------------------------------------------------------------
 
-    async def append_audio(self, pcm: bytes) -> None:
+    async def append_audio(
+        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+    ) -> None:
+        # The client's chunk hints are not read: this engine hears the audio itself.
         if self._closed or not pcm:
             return
         self._pending += pcm
@@ -244,7 +247,15 @@ class VllmOmniStreamSession(port.EngineSession):
         if not held and len(self._pending) >= self._chunk_bytes:
             await self._send_pending()
 
-    async def commit(self, *, item_id: str, response_id: str | None) -> None:
+    async def commit(
+        self,
+        *,
+        item_id: str,
+        response_id: str | None,
+        final: bool = True,
+        engine_decides: bool = False,
+        is_speech: bool | None = None,
+    ) -> None:
         await self._send_pending()
         turn = self._input
         if turn is not None and turn.started:

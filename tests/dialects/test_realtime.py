@@ -27,6 +27,8 @@ from duplex_gateway.commands import (
     InputAudioAppend,
     InputAudioClear,
     InputAudioCommit,
+    InputCancel,
+    InputTextAppend,
     OutputAudioClear,
     PlaybackAck,
     ResponseCancel,
@@ -36,6 +38,7 @@ from duplex_gateway.commands import (
     SessionHeartbeat,
     SessionResume,
     SessionUpdate,
+    TurnSignal,
 )
 from duplex_gateway.dialects import realtime, realtime_session
 from duplex_gateway.dialects.realtime import (
@@ -68,10 +71,13 @@ from duplex_gateway.events import (
     OutputAudioCleared,
     OutputItemAdded,
     OutputItemDone,
+    OverlapDecision,
     PlaybackAcknowledged,
     RateLimitsUpdated,
     ResponseCreated,
     ResponseDone,
+    ResponseListen,
+    ResponseSpeak,
     ServerEvent,
     SessionClosed,
     SessionCreated,
@@ -510,7 +516,7 @@ def test_append() -> None:
         {"type": "input_audio_buffer.append", "event_id": "a1", "audio": base64.b64encode(pcm).decode()}
     )
     assert command == InputAudioAppend(event_id="a1", audio=pcm)
-    # vLLM-Omni's DuplexClient adds per-chunk hints; they are ignored.
+    # vLLM-Omni's DuplexClient declares each chunk's format and timing.
     extended = parse(
         {
             "type": "input_audio_buffer.append",
@@ -521,7 +527,73 @@ def test_append() -> None:
             "audio_end_ms": 0,
         }
     )
-    assert extended == InputAudioAppend(audio=b"\0\0\0")
+    assert extended == InputAudioAppend(audio=b"\0\0\0", encoding=Encoding.PCM16, rate=16000)
+
+
+def test_append_hints() -> None:
+    hinted = parse(
+        {
+            "type": "input_audio_buffer.append",
+            "audio": "AAAA",
+            "format": "g711_ulaw",
+            "is_speech": False,
+            "hints": {"rms": 0.01, "vad": 0.2},
+        }
+    )
+    assert hinted == InputAudioAppend(
+        audio=b"\0\0\0", encoding=Encoding.G711_ULAW, is_speech=False, hints={"rms": 0.01, "vad": 0.2}
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "code", "param"),
+    [
+        ({"format": "opus"}, ErrorCode.UNSUPPORTED_AUDIO_FORMAT, "format"),
+        ({"sample_rate_hz": 4000}, ErrorCode.UNSUPPORTED_SAMPLE_RATE, "sample_rate_hz"),
+        ({"sample_rate_hz": "16k"}, ErrorCode.INVALID_VALUE, "sample_rate_hz"),
+        ({"is_speech": "yes"}, ErrorCode.INVALID_VALUE, "is_speech"),
+        ({"duration_ms": -5}, ErrorCode.INVALID_VALUE, "duration_ms"),
+        ({"hints": [1]}, ErrorCode.INVALID_VALUE, "hints"),
+        ({"video_frames": ["AAAA"]}, ErrorCode.INVALID_VALUE, "video_frames"),
+    ],
+)
+def test_append_bad_hints(fields: dict[str, object], code: ErrorCode, param: str) -> None:
+    with pytest.raises(ProtocolError) as info:
+        parse({"type": "input_audio_buffer.append", "audio": "AAAA", **fields})
+    assert (info.value.code, info.value.param) == (code, param)
+
+
+def test_duplex_input_events() -> None:
+    assert parse({"type": "input.cancel", "event_id": "c"}) == InputCancel(event_id="c")
+    for kind in ("input.text.append", "input_text.append", "push_text"):
+        assert parse({"type": kind, "text": "hi"}) == InputTextAppend(text="hi")
+    with pytest.raises(ProtocolError) as info:
+        parse({"type": "input.text.append"})
+    assert info.value.code is ErrorCode.MISSING_FIELD
+    assert parse({"type": "audio.playback_ack", "played_ms": 5}) == PlaybackAck(
+        response_id=None, item_id=None, played_ms=5
+    )
+    assert parse({"type": "close_session"}) == SessionClose()
+
+
+def test_turn_signal() -> None:
+    # A signal of its own passes to the engine; one naming a command becomes that command.
+    assert parse({"type": "turn.signal", "event": "user_started", "payload": {"x": 1}}) == TurnSignal(
+        event="user_started", payload={"x": 1}
+    )
+    assert parse({"type": "signal_turn", "event": "barge_in"}) == BargeIn()
+    assert parse({"type": "turn.signal", "event": "input.cancel"}) == InputCancel()
+    assert parse({"type": "turn.signal", "event": "response.cancel", "response_id": "r1"}) == ResponseCancel(
+        response_id="r1"
+    )
+    assert parse(
+        {"type": "turn.signal", "event": "conversation.item.delete", "payload": {"item_id": "i1"}}
+    ) == ConversationItemDelete(item_id="i1")
+    update = parse({"type": "turn.signal", "event": "session.update", "payload": {"instructions": "Be brief."}})
+    assert isinstance(update, SessionUpdate) and update.session.instructions == "Be brief."
+    with pytest.raises(ProtocolError) as info:
+        parse({"type": "turn.signal"})
+    assert info.value.code is ErrorCode.MISSING_FIELD
 
 
 @pytest.mark.parametrize(
@@ -829,6 +901,15 @@ def test_every_client_event_type_is_covered() -> None:
         "input_audio_buffer.commit",
         "input.commit",
         "input_audio_buffer.clear",
+        "input.cancel",
+        "input.text.append",
+        "input_text.append",
+        "push_text",
+        "turn.signal",
+        "signal_turn",
+        "audio.playback_ack",
+        "close",
+        "close_session",
         "response.create",
         "response.cancel",
         "conversation.item.create",
@@ -1101,6 +1182,10 @@ SAMPLES: list[ServerEvent] = [
     PlaybackAcknowledged(response_id="resp_1", played_ms=500, produced_ms=1200),
     HeartbeatAck(session_id="sess_1"),
     SessionClosed(session_id="sess_1", reason="client_close"),
+    ResponseListen(response_id=None, reason="silence_or_noise"),
+    ResponseListen(response_id="resp_1", reason="model_turn_completed_without_output"),
+    ResponseSpeak(response_id="resp_1", item_id="item_9"),
+    OverlapDecision(policy="barge_in_on_speech", action="barge_in", reason="speech_over_reply"),
     ErrorEvent(code=ErrorCode.INVALID_BASE64, message="bad", event_id="evt_c", param="audio"),
     ErrorEvent(code=ErrorCode.ENGINE_ERROR, message="boom"),
 ]
@@ -1207,15 +1292,50 @@ def test_response_done_reasons_stay_within_openai_literal(
 
 
 @pytest.mark.parametrize("beta", [False, True])
-def test_session_closed_goes_only_to_duplex_handshake_clients(beta: bool) -> None:
-    closed = SessionClosed(session_id="s", reason="client_close")
-    assert render(closed, beta=beta) is None
-    duplex = render(closed, beta=beta, duplex=True)
-    assert duplex is not None and duplex["type"] == "session.closed"
-    # Everything else is the same in both lanes.
+def test_vllm_omni_events_go_only_to_duplex_handshake_clients(beta: bool) -> None:
+    unasked = (SessionClosed, ResponseListen, ResponseSpeak, OverlapDecision)
     for event in SAMPLES:
-        if not isinstance(event, SessionClosed):
+        if isinstance(event, unasked):
+            assert render(event, beta=beta) is None
+            duplex = render(event, beta=beta, duplex=True)
+            assert duplex is not None and duplex["type"] == event.type
+        else:  # everything else is the same in both lanes
             assert render(event, beta=beta) == render(event, beta=beta, duplex=True)
+
+
+def test_native_turn_taking_events_in_vllm_omni_shape() -> None:
+    base = {"event_id": "evt_3", "server_event_seq": 3}
+    assert render(ResponseListen(reason="silence_or_noise"), duplex=True) == {
+        **base,
+        "type": "response.listen",
+        "session_id": "sess_1",
+        "response": {"object": "realtime.response", "status": "listening", "metadata": {"reason": "silence_or_noise"}},
+    }
+    assert render(ResponseListen(response_id="r", reason=None), duplex=True) == {
+        **base,
+        "type": "response.listen",
+        "session_id": "sess_1",
+        "response_id": "r",
+        "response": {"object": "realtime.response", "status": "listening", "metadata": {"reason": None}, "id": "r"},
+    }
+    assert render(ResponseSpeak(response_id="r", item_id="i"), duplex=True) == {
+        **base,
+        "type": "response.speak",
+        "response_id": "r",
+        "item_id": "i",
+        "output_index": 0,
+        "content_index": 0,
+        "metadata": {"session_id": "sess_1"},
+    }
+    assert render(OverlapDecision(policy="p", action="a", reason="why"), duplex=True) == {
+        **base,
+        "type": "overlap.decision",
+        "session_id": "sess_1",
+        "policy": "p",
+        "action": "a",
+        "reason": "why",
+        "metadata": {},
+    }
 
 
 def test_output_audio_cleared_names_a_reply_or_is_not_sent() -> None:

@@ -33,6 +33,7 @@ from tests.e2e.helpers import (
     Gateway,
     GatewayFactory,
     audio_of,
+    b64,
     bytes_per_sample,
     decode,
     done_of,
@@ -384,3 +385,29 @@ async def test_cancel_and_clear_send_nothing_more_of_the_reply(
             assert not [e for e in log.events if e["type"] == "error"]
         finally:
             await log.aclose()
+
+
+async def test_a_chunk_declared_in_its_own_format_is_converted(gateway: Gateway) -> None:
+    """vLLM-Omni's per-chunk ``format`` / ``sample_rate_hz``: telephone audio into a 24 kHz session."""
+    async with ws_connect(gateway) as ws:
+        log = EventLog(ws.recv)
+        await log.wait_for("session.created")
+        await send_json(ws, {"type": "session.update", "session": {"type": "realtime",
+                                                                   "audio": {"input": {"turn_detection": None}}}})
+        await log.wait_for("session.updated")
+        ulaw = load_speech(8_000, "g711_ulaw")
+        for offset in range(0, len(ulaw), 1600):  # 200 ms chunks, each saying what it is
+            chunk = ulaw[offset : offset + 1600]
+            await send_json(ws, {"type": "input_audio_buffer.append", "audio": b64(chunk),
+                                 "format": "g711_ulaw", "sample_rate_hz": 8000, "is_speech": True})
+        await send_json(ws, {"type": "input_audio_buffer.commit", "response_create": True})
+        _, done = await log.wait_for("response.done", timeout=20)
+        assert not [e for e in log.events if e["type"] == "error"], log.events
+        reply = decode(audio_of(log.events, done["response"]["id"]))  # pcm16 at 24 kHz
+        sent = soxr.resample(decode(ulaw, "g711_ulaw"), 8_000, 24_000)
+        assert abs(len(reply) - len(sent)) < 24_000 * 0.05
+        n = min(len(reply), len(sent))
+        similarity = float(np.corrcoef(reply[:n], sent[:n])[0, 1])
+        assert similarity > 0.9, similarity
+        await log.aclose()
+    await gateway.wait_sessions(0)

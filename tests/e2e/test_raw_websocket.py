@@ -1057,3 +1057,23 @@ async def test_http_probes(gw: Gateway) -> None:
     with pytest.raises(InvalidStatus):
         async with ws_connect(gw, "/v1/nowhere"):
             pass
+
+
+async def test_vllm_omni_input_events_on_an_engine_without_turn_taking(gw: Gateway) -> None:
+    async with realtime_session(gw, manual=True) as (ws, log):
+        await send_json(ws, {"type": "input.text.append", "event_id": "t1", "text": "hello"})
+        await send_json(ws, {"type": "turn.signal", "event_id": "t2", "event": "user_started"})
+        for event_id in ("t1", "t2"):
+            _, error = await log.wait_for(lambda e, i=event_id: e["type"] == "error" and e["error"]["event_id"] == i)
+            assert error["error"]["code"] == "unsupported_by_engine"
+        # input.cancel abandons the turn; a signal naming a command is that command.
+        await stream_audio(ws, load_speech()[: FRAME_100MS * 5], frame_ms=100, realtime=False)
+        await send_json(ws, {"type": "input.cancel"})
+        await log.wait_for("input_audio_buffer.cleared")
+        await send_json(ws, {"type": "input_audio_buffer.commit", "event_id": "c1"})
+        _, error = await log.wait_for(lambda e: e["type"] == "error" and e["error"]["event_id"] == "c1")
+        assert error["error"]["code"] == "input_audio_buffer_commit_empty"
+        mark = len(log.events)
+        await send_json(ws, {"type": "turn.signal", "event": "session.update", "payload": {"instructions": "Hi."}})
+        _, updated = await log.wait_for("session.updated", start=mark)
+        assert updated["session"]["instructions"] == "Hi."

@@ -121,15 +121,17 @@ def test_every_vllm_omni_session_field_reaches_the_backend_and_extra_body_is_kep
     config = SessionConfig().apply(
         parse_session_patch({**KNOBS, "extra_body": {"force_listen_count": 2, "auto_response": True}})
     )
-    assert config.auto_response is True  # the gateway answers the client's commits itself...
+    assert config.auto_response is True  # the client asked for the model's own turn-taking...
     w = wire(BackendKind.VLLM_OMNI)
     opening = w.session_update(config, initial=True)
     assert opening is not None
     session = opening["session"]
     for key, value in KNOBS.items():
         assert session[key] == value, key
-    # ...so the backend never answers a commit on its own; the model's knobs go as sent.
-    assert session["extra_body"] == {"force_listen_count": 2, "auto_response": False}
+    # ...so the backend decides which commits it answers; the model's knobs go as sent.
+    assert session["extra_body"] == {"force_listen_count": 2, "auto_response": True}
+    plain = wire(BackendKind.VLLM_OMNI).session_update(SessionConfig(), initial=True)
+    assert plain is not None and plain["session"]["extra_body"] == {"auto_response": False}
 
 
 def test_an_update_sends_only_what_changed_and_is_taken_when_the_backend_answers() -> None:
@@ -320,13 +322,62 @@ def test_input_transcripts_name_the_gateway_turn() -> None:
     error = {"code": "input_audio_buffer_commit_empty", "message": "empty", "event_id": refused["event_id"]}
     assert w.receive({"type": "error", "error": error}) != []  # the client hears of it
     w.commit(item_id="item_gw", response_id=None)
-    assert w.receive({"type": "input_audio_buffer.committed", "item_id": "item_b"}) == []
+    committed = w.receive({"type": "input_audio_buffer.committed", "item_id": "item_b"})
+    assert committed == [port.EngineTurnCommitted(item_id="item_gw")]  # the gateway's own turn
     event = {
         "type": "conversation.item.input_audio_transcription.completed",
         "item_id": "item_b",
         "transcript": "hi",
     }
     assert w.receive(event) == [port.EngineInputTranscript(item_id="item_gw", text="hi", final=True)]
+    # A turn the backend ended by itself keeps the backend's name (the session maps it).
+    assert w.receive({"type": "input_audio_buffer.committed", "item_id": "item_own"}) == [
+        port.EngineTurnCommitted(item_id="item_own")
+    ]
+    assert w.receive({**event, "item_id": "item_own"}) == [
+        port.EngineInputTranscript(item_id="item_own", text="hi", final=True)
+    ]
+
+
+def test_native_turn_taking_passes_through() -> None:
+    w = wire(BackendKind.VLLM_OMNI)
+    # auto_response: the commit leaves the reply to the backend (no response_create key).
+    (commit,) = w.commit(item_id="item_1", response_id=None, engine_decides=True)
+    assert commit["type"] == "input_audio_buffer.commit" and commit["final"] is True
+    assert "response_create" not in commit
+    (segment,) = w.commit(item_id="item_2", response_id=None, final=False)
+    assert (segment["final"], segment["response_create"]) == (False, False)
+    gateway = wire(BackendKind.GATEWAY)  # a gateway backend reads the same keys
+    assert [e["type"] for e in gateway.commit(item_id="item_1", response_id=None, engine_decides=True)] == [
+        "input_audio_buffer.commit"
+    ]
+    assert gateway.commit(item_id="item_2", response_id=None, final=False)[0]["final"] is False
+    # The backend's own reply: announced under its id, with the model's decisions.
+    assert w.receive({"type": "response.created", "response": {"id": "resp_b"}}) == [
+        port.EngineResponseStarted(response_id="resp_b")
+    ]
+    assert w.receive({"type": "response.speak", "response_id": "resp_b", "item_id": "item_resp_b"}) == [
+        port.EngineSpeak(response_id="resp_b")
+    ]
+    listen = {
+        "type": "response.listen",
+        "session_id": "s",
+        "response": {"object": "realtime.response", "status": "listening", "metadata": {"reason": "silence_or_noise"}},
+    }
+    assert w.receive(listen) == [port.EngineListen(response_id=None, reason="silence_or_noise")]
+    overlap = {"type": "overlap.decision", "policy": "listen_only", "action": "listen", "reason": "short_ack"}
+    assert w.receive(overlap) == [
+        port.EngineOverlapDecision(policy="listen_only", action="listen", reason="short_ack")
+    ]
+    # The duplex-only client events, in vLLM-Omni's shapes.
+    assert [(e["type"], e.get("text")) for e in w.append_text("hello")] == [("input.text.append", "hello")]
+    assert [e["type"] for e in w.cancel_input()] == ["input.cancel"]
+    (signal,) = w.signal_turn("user_started", {"at_ms": 5})
+    assert (signal["type"], signal["event"], signal["payload"]) == ("turn.signal", "user_started", {"at_ms": 5})
+    (append,) = w.append_audio(bytes(320), is_speech=False, hints={"rms": 0.0})
+    assert (append["is_speech"], append["hints"]) == (False, {"rms": 0.0})
+    (plain,) = w.append_audio(bytes(320))
+    assert "is_speech" not in plain and "hints" not in plain
 
 
 def test_placement_is_least_loaded_then_round_robin() -> None:
@@ -525,8 +576,9 @@ async def test_audio_round_trip_with_the_gateway_response_id(backends: list[Gate
         await say(session, pcm, respond=False)
         await session.create_response(response_id="resp_gw_1", instructions=None)
         await events.wait(is_(port.EngineResponseDone, response_id="resp_gw_1"))
+        assert [type(e) for e in events.events[:2]] == [port.EngineTurnCommitted, port.EngineResponseStarted]
+        assert events.events[1].response_id == "resp_gw_1"  # type: ignore[attr-defined]
         kinds = [type(e) for e in events.events]
-        assert kinds[0] is port.EngineResponseStarted and events.events[0].response_id == "resp_gw_1"  # type: ignore[attr-defined]
         assert port.EngineTranscript in kinds
         reply = events.audio("resp_gw_1")
         # The echo of 0.6 s of 16 kHz audio, handed back at 24 kHz: same length, same sound.

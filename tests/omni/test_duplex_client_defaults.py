@@ -290,3 +290,34 @@ async def test_a_half_open_session_is_taken_over(server: str) -> None:
                 await asyncio.sleep(0.02)
         assert not session.errors(), session.errors()
         await client.close()
+
+
+async def test_the_models_own_turn_taking_reaches_the_client(server: str, request: pytest.FixtureRequest) -> None:
+    """auto_response hands turn-taking to the model: its speak / listen decisions reach the
+    client, and what it heard of the caller lands on the caller's item (not the reply's)."""
+    native = request.node.callspec.params["server"] != "echo"  # echo has no turn-taking of its own
+    async with default_client(server) as session:
+        handle = await session.turn()
+        events = session.events
+        speak = [e for e in events if e.get("type") == "response.speak"]
+        assert [e["response_id"] for e in speak] == ([handle.response_id] if native else [])
+        (committed,) = [e for e in events if e.get("type") == "input_audio_buffer.committed"]
+        heard = [e for e in events if e.get("type") == "conversation.item.input_audio_transcription.completed"]
+        if native:
+            assert [(e["item_id"], e["transcript"]) for e in heard] == [(committed["item_id"], "1.0 s of caller audio")]
+            reply_items = {e["item"]["id"] for e in events if e.get("type") == "response.output_item.added"}
+            assert committed["item_id"] not in reply_items
+        await session.turn()  # and the conversation goes on
+        # Turn-based again, the caller's chunk marked as silence: the model chooses to listen.
+        mark = len(session.events)
+        await session.client.send({"type": "session.update", "session": {"extra_body": {"auto_response": False}}})
+        async with asyncio.timeout(10):
+            while not any(e.get("type") == "session.updated" for e in session.events[mark:]):
+                await asyncio.sleep(0.02)
+        await session.client.append_audio(bytes(6400), is_speech=False)
+        if native:
+            async with asyncio.timeout(10):
+                while not any(e.get("type") == "response.listen" for e in session.events[mark:]):
+                    await asyncio.sleep(0.02)
+        assert not session.errors(), session.errors()
+        await session.client.close()

@@ -168,6 +168,14 @@ async def test_duplex_engine_vad_finds_the_turn(fake_env: Path, monkeypatch: pyt
         )
         speech_started = events.of(port.EngineSpeechStarted)[0]
         assert 300 <= speech_started.audio_start_ms <= 1500
+        # The engine ended the turn: it says so under its own name for it, and what it heard of
+        # the caller names that turn too (the gateway session maps it to the caller's item).
+        (committed,) = events.of(port.EngineTurnCommitted)
+        assert committed.item_id and committed.item_id == events.of(port.EngineSpeechStopped)[0].item_id
+        assert kinds.index("EngineSpeechStopped") < kinds.index("EngineTurnCommitted")
+        heard = [e for e in events.of(port.EngineInputTranscript) if e.final]
+        assert [(e.item_id, e.text) for e in heard] == [(committed.item_id, f"{heard[0].text}")]
+        assert heard[0].text.endswith("s of caller audio")
         echoed = sum(len(e.pcm) for e in events.of(port.EngineAudio)) / 2 / 24_000
         assert 2.5 < echoed < 5.0, echoed
         await session.close("bye")

@@ -166,7 +166,8 @@ class Caller:
         await caller.log.wait_for("session.updated")
         return caller
 
-    async def turn(self, seconds: float = TURN_S) -> None:
+    async def turn(self, seconds: float = TURN_S, *, respond: bool = True) -> None:
+        """One caller turn, committed; ``respond``: and a reply asked for (else auto_response answers)."""
         speech = load_speech(24_000)
         start = int(0.5 * 24_000) * 2  # the fixture's speech starts ≈0.5 s in
         pcm = speech[start : start + int(seconds * 24_000) * 2]
@@ -175,7 +176,8 @@ class Caller:
                 self.ws, {"type": "input_audio_buffer.append", "audio": b64(pcm[offset : offset + 4800])}
             )
         await send_json(self.ws, {"type": "input_audio_buffer.commit"})
-        await send_json(self.ws, {"type": "response.create"})
+        if respond:
+            await send_json(self.ws, {"type": "response.create"})
 
     def audio_s(self, after: int = 0) -> float:
         data = b"".join(
@@ -364,11 +366,12 @@ async def test_session_fields_reach_the_backend_and_only_changes_are_sent(
             assert opened[key] == KNOBS[key], key
         assert opened["max_tokens"] == 128
         extra = opened["extra_body"]
-        assert extra["force_listen_count"] == 2 and extra["auto_response"] is False
+        # auto_response too: the backend's own turn-taking answers the commits.
+        assert extra["force_listen_count"] == 2 and extra["auto_response"] is True
         assert extra["realtime_input_audio_noise_reduction"] == {"type": "far_field"}
 
         # A reply makes audio; then an update: the voice is not sent again, so the backend takes it.
-        await caller.turn()
+        await caller.turn(respond=False)
         await log.wait_for("response.done", timeout=20)
         mark = len(log.events)
         await send_json(ws, {"type": "session.update", "session": {**KNOBS, "temperature": 0.9}})

@@ -75,7 +75,7 @@ async def test_session_fields_reach_the_engine_and_updates_send_only_what_change
         assert opened["max_tokens"] == 128
         extra = opened["extra_body"]
         assert extra["force_listen_count"] == 2
-        assert extra["auto_response"] is False  # the gateway answers commits itself
+        assert extra["auto_response"] is True  # the model's own turn-taking answers commits
         assert extra["realtime_input_audio_noise_reduction"] == {"type": "far_field"}
 
         # A reply makes audio: from now on vLLM-Omni refuses any update that names a voice.

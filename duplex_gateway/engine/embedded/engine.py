@@ -21,7 +21,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -165,7 +165,10 @@ class EmbeddedSession(port.EngineSession):
 
     # -- caller input ----------------------------------------------------------------
 
-    async def append_audio(self, pcm: bytes) -> None:
+    async def append_audio(
+        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+    ) -> None:
+        # The client's chunk hints are not read: this engine hears the audio itself.
         if self._closed or not pcm:
             return
         self._turn += pcm
@@ -204,7 +207,15 @@ class EmbeddedSession(port.EngineSession):
         early.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._early = (self._turn_total, early, job)
 
-    async def commit(self, *, item_id: str, response_id: str | None) -> None:
+    async def commit(
+        self,
+        *,
+        item_id: str,
+        response_id: str | None,
+        final: bool = True,
+        engine_decides: bool = False,
+        is_speech: bool | None = None,
+    ) -> None:
         if self._closed:
             return
         pcm = bytes(self._turn)

@@ -95,6 +95,8 @@ class RemoteEngine(port.Engine):
             output_rate=output_rate,
             detects_turns=False,
             max_sessions=self.pool.capacity,
+            # Backends speak vLLM-Omni's duplex protocol: its turn-taking passes through.
+            native_turns=True,
         )
         self._sessions: dict[str, RemoteSession] = {}
         self._health_task: asyncio.Task[None] | None = None

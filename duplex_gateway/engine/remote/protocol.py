@@ -47,7 +47,7 @@ from duplex_gateway.audio.format import Encoding
 from duplex_gateway.audio.resample import StreamResampler
 from duplex_gateway.engine import port
 from duplex_gateway.engine.omni_fields import changed_fields, omni_session_fields
-from duplex_gateway.session_config import Modality, SessionConfig
+from duplex_gateway.session_config import Modality, SessionConfig, SessionKind
 
 __all__ = [
     "FULL_CODES",
@@ -124,9 +124,12 @@ def session_object(config: SessionConfig, *, input_rate: int, output_rate: int, 
     if config.speed != 1.0:
         session["speed"] = config.speed
     session.update(omni_session_fields(config))
-    # The model's knobs go as the client sent them; turns are answered when the gateway
-    # asks, never on a commit alone (the gateway reads auto_response itself).
-    session["extra_body"] = {**config.extra_body, "auto_response": False}
+    # The model's knobs go as the client sent them, auto_response too: with it the backend's
+    # own turn-taking decides which commits get a reply (the gateway session leaves it to it).
+    session["extra_body"] = {
+        **config.extra_body,
+        "auto_response": config.auto_response and config.kind is SessionKind.REALTIME,
+    }
     if initial:
         session.update(
             {
@@ -172,6 +175,20 @@ _PCM16_NAMES = frozenset({"pcm16", "pcm", "pcm_s16le", "s16le", "audio/pcm"})
 _F32_NAMES = frozenset({"pcm_f32le", "f32le", "float32", "audio/pcm_f32le"})
 _ULAW_NAMES = frozenset({"g711_ulaw", "ulaw", "pcmu", "audio/pcmu"})
 _ALAW_NAMES = frozenset({"g711_alaw", "alaw", "pcma", "audio/pcma"})
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _listen_reason(event: Mapping[str, Any]) -> str | None:
+    """Why the backend chose to listen (vLLM-Omni nests it under ``response.metadata``)."""
+    reason = _text(event.get("reason"))
+    if reason is not None:
+        return reason
+    response = event.get("response")
+    metadata = response.get("metadata") if isinstance(response, Mapping) else None
+    return _text(metadata.get("reason")) if isinstance(metadata, Mapping) else None
 
 
 def decode_backend_audio(data: bytes, fmt: str | None, rate: int) -> tuple[npt.NDArray[np.float32], int]:
@@ -325,28 +342,53 @@ class BackendWire:
         out, self._update_answers = self._update_answers, []
         return out
 
-    def append_audio(self, pcm: bytes) -> list[JsonObject]:
+    def append_audio(
+        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+    ) -> list[JsonObject]:
         # A reply nobody reported on is acknowledged at the commit, not here: the caller may
         # still report (or truncate) it while speaking.
+        extra: JsonObject = {}
+        if is_speech is not None:
+            extra["is_speech"] = is_speech
+        if hints:
+            extra["hints"] = dict(hints)
         return [
             self._event(
                 "input_audio_buffer.append",
                 audio=base64.b64encode(pcm).decode("ascii"),
                 format="pcm16",
                 sample_rate_hz=self.input_rate,
+                **extra,
             )
         ]
 
-    def commit(self, *, item_id: str, response_id: str | None) -> list[JsonObject]:
+    def commit(
+        self,
+        *,
+        item_id: str,
+        response_id: str | None,
+        final: bool = True,
+        engine_decides: bool = False,
+        is_speech: bool | None = None,
+    ) -> list[JsonObject]:
+        """``engine_decides``: the backend's own turn-taking (``auto_response``) answers, or not."""
         out = self._ack_unreported()
         if self.kind is BackendKind.VLLM_OMNI:
-            commit = self._event("input_audio_buffer.commit", final=True, response_create=response_id is not None)
+            keys: JsonObject = {"final": final}
+            if is_speech is not None:
+                keys["is_speech"] = is_speech
+            if response_id is not None or not engine_decides:
+                keys["response_create"] = response_id is not None
+            commit = self._event("input_audio_buffer.commit", **keys)
             self._commits.append((str(commit["event_id"]), item_id))
             out.append(commit)
             if response_id is not None:
                 self._requested.append(_Requested(gateway_id=response_id, event_id=str(commit["event_id"])))
             return out
-        commit = self._event("input_audio_buffer.commit")
+        keys = {} if final else {"final": False}
+        if is_speech is not None:
+            keys["is_speech"] = is_speech
+        commit = self._event("input_audio_buffer.commit", **keys)
         self._commits.append((str(commit["event_id"]), item_id))
         out.append(commit)
         if response_id is not None:
@@ -357,6 +399,15 @@ class BackendWire:
 
     def clear_input(self) -> list[JsonObject]:
         return [self._event("input_audio_buffer.clear")]
+
+    def cancel_input(self) -> list[JsonObject]:
+        return [self._event("input.cancel")]
+
+    def append_text(self, text: str) -> list[JsonObject]:
+        return [self._event("input.text.append", text=text)]
+
+    def signal_turn(self, event: str, payload: Mapping[str, object]) -> list[JsonObject]:
+        return [self._event("turn.signal", event=event, payload=dict(payload))]
 
     def add_item(
         self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None
@@ -500,8 +551,30 @@ class BackendWire:
         if kind == "response.done":
             return self._response_done(event)
         if kind == "input_audio_buffer.committed":
-            self._committed(event.get("item_id"))
-            return []
+            item = self._committed(event.get("item_id"))
+            return [port.EngineTurnCommitted(item_id=item)] if item else []
+        if kind == "response.listen":
+            backend_id = response_id_of(event)
+            reply = self._replies.get(backend_id) if backend_id else None
+            if reply is not None and reply.dropped:
+                return []
+            return [
+                port.EngineListen(
+                    response_id=reply.gateway_id if reply is not None else None, reason=_listen_reason(event)
+                )
+            ]
+        if kind == "response.speak":
+            reply = self._replies.get(response_id_of(event) or "")
+            if reply is None or reply.dropped:
+                return []
+            return [port.EngineSpeak(response_id=reply.gateway_id)]
+        if kind == "overlap.decision":
+            return [
+                port.EngineOverlapDecision(
+                    policy=_text(event.get("policy")), action=_text(event.get("action")),
+                    reason=_text(event.get("reason")),
+                )
+            ]
         if kind == "conversation.item.input_audio_transcription.delta":
             text = event.get("delta")
             if not isinstance(text, str) or not text:
@@ -605,18 +678,23 @@ class BackendWire:
         )
         return out
 
-    def _committed(self, backend_item: object) -> None:
+    def _committed(self, backend_item: object) -> str:
+        """The caller's item a backend commit is: the gateway's for its commits, else the backend's id."""
+        name = backend_item if isinstance(backend_item, str) else ""
         if not self._commits:
-            return
+            return name  # the backend ended a turn by itself
         _, gateway_item = self._commits.popleft()
-        if isinstance(backend_item, str) and backend_item:
-            self._items[backend_item] = gateway_item
+        if name:
+            self._items[name] = gateway_item
             while len(self._items) > _FINISHED_REMEMBERED:
                 self._items.popitem(last=False)
+        return gateway_item
 
     def _item(self, backend_item: object) -> str:
-        # "" lets the gateway session pick the turn in progress / the last one.
-        return self._items.get(backend_item, "") if isinstance(backend_item, str) else ""
+        # The backend's own id for a turn it ended itself: the gateway session maps it.
+        if not isinstance(backend_item, str):
+            return ""
+        return self._items.get(backend_item, backend_item)
 
     def _error(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
         code, message, related = error_fields(event)

@@ -221,12 +221,36 @@ class RemoteSession(port.EngineSession):
 
     # -- port calls -------------------------------------------------------------------------
 
-    async def append_audio(self, pcm: bytes) -> None:
+    async def append_audio(
+        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+    ) -> None:
         if pcm:
-            await self._send(self._wire.append_audio(pcm))
+            await self._send(self._wire.append_audio(pcm, is_speech=is_speech, hints=hints))
 
-    async def commit(self, *, item_id: str, response_id: str | None) -> None:
-        await self._send(self._wire.commit(item_id=item_id, response_id=response_id))
+    async def commit(
+        self,
+        *,
+        item_id: str,
+        response_id: str | None,
+        final: bool = True,
+        engine_decides: bool = False,
+        is_speech: bool | None = None,
+    ) -> None:
+        await self._send(
+            self._wire.commit(
+                item_id=item_id, response_id=response_id, final=final, engine_decides=engine_decides,
+                is_speech=is_speech,
+            )
+        )
+
+    async def cancel_input(self) -> None:
+        await self._send(self._wire.cancel_input())
+
+    async def append_text(self, text: str) -> None:
+        await self._send(self._wire.append_text(text))
+
+    async def signal_turn(self, event: str, payload: Mapping[str, object]) -> None:
+        await self._send(self._wire.signal_turn(event, payload))
 
     async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
         await self._send(self._wire.add_item(item_id=item_id, role=role, text=text, previous_item_id=previous_item_id))

@@ -286,11 +286,26 @@ class FakeEchoDuplexPlugin(DuplexModelPlugin):
         raw = base64.b64decode(str(payload["audio"]), validate=True)
         audio = torch.from_numpy(np.frombuffer(raw, dtype="<f4").copy())
         # The turn's audio rides in the runner-owned buffer, as a model runner's inputs would.
+        rate = int(payload.get("sample_rate_hz") or INPUT_RATE)
+        # Like vLLM-Omni's own plugins, the turn's Realtime item id rides with the request, so
+        # what Stage 0 recognizes of the caller's words names the caller's item.
+        info: dict[str, object] = {"turn_seconds": round(audio.numel() / rate, 1)}
+        item_id = payload.get("realtime_item_id")
+        if isinstance(item_id, str) and item_id:
+            info["realtime_item_id"] = item_id
         prompt = {
             "prompt_token_ids": [0],
-            "model_intermediate_buffer": {AUDIO_KEY: audio, RATE_KEY: int(payload.get("sample_rate_hz") or INPUT_RATE)},
+            "model_intermediate_buffer": {AUDIO_KEY: audio, RATE_KEY: rate},
+            "additional_information": info,
         }
         return DuplexAppendPlan(prompt=prompt)
+
+    def user_transcript(self, *, stage_id: int, output: object, prompt: object, finished: bool) -> str | None:
+        """What the fake model "heard": the length of the caller's turn, once its reply is made."""
+        info = prompt.get("additional_information") if isinstance(prompt, dict) else None
+        if stage_id != 0 or not finished or not isinstance(info, dict):
+            return None
+        return f"{info['turn_seconds']} s of caller audio"
 
     def decide_output(self, **kwargs: Any) -> None:
         return None
