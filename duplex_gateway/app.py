@@ -28,6 +28,8 @@ from duplex_gateway.events import ErrorEvent
 from duplex_gateway.resume import ResumeRegistry, new_session_id
 from duplex_gateway.session import Handshake
 from duplex_gateway.session_config import InputTranscription, SessionConfig, SessionKind, TurnDetection
+from duplex_gateway.telephony.dialect import CallDialect, CallProfile, CallSetup
+from duplex_gateway.telephony.registry import DetectingCarrier, carrier_for
 
 __all__ = ["create_app", "session_defaults"]
 
@@ -95,6 +97,41 @@ class _Gateway:
 
     async def duplex(self, websocket: WebSocket) -> None:
         await self._serve(websocket, Handshake.DUPLEX)
+
+    async def telephony(self, websocket: WebSocket) -> None:
+        """A carrier's media stream: ``/telephony/<carrier>``, or ``/telephony`` to recognize it."""
+        name = websocket.path_params.get("carrier")
+        carrier = DetectingCarrier() if name is None else carrier_for(name)
+        offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+        if carrier is None:
+            await websocket.close(int(CloseCode.POLICY_VIOLATION), f"no carrier named {name[:32]!r}" if name else None)
+            return
+        # Asterisk's chan_websocket asks for the "media" subprotocol.
+        await websocket.accept(subprotocol="media" if "media" in offered else None)
+        session_id = new_session_id(self.settings.server.node_id)
+        telephony = self.settings.telephony
+        setup = CallSetup(
+            lead_ms=telephony.lead_ms,
+            profiles={
+                key: CallProfile(instructions=p.instructions, voice=p.voice) for key, p in telephony.profiles.items()
+            },
+        )
+        connection = Connection(
+            websocket,
+            session_id=session_id,
+            engine=self.engine,
+            settings=self.settings,
+            defaults=self.defaults,
+            registry=self.registry,
+            handshake=Handshake.DUPLEX,  # the carrier's start message opens the session
+            dialect=CallDialect(carrier, setup),
+            resumes=None,  # a dropped call is over
+        )
+        self.connections.add(connection)
+        try:
+            await connection.serve()
+        finally:
+            self.connections.discard(connection)
 
     async def _serve(self, websocket: WebSocket, handshake: Handshake) -> None:
         offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
@@ -182,6 +219,8 @@ def create_app(settings: GatewaySettings, engine: port.Engine) -> Starlette:
         Route("/readyz", gateway.readyz),
         WebSocketRoute("/v1/realtime", gateway.realtime),
         WebSocketRoute("/v1/duplex", gateway.duplex),
+        WebSocketRoute("/telephony", gateway.telephony),
+        WebSocketRoute("/telephony/{carrier}", gateway.telephony),
     ]
     admin_routes = getattr(engine, "admin_routes", None)
     if callable(admin_routes):

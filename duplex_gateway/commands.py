@@ -16,6 +16,7 @@ from duplex_gateway.session_config import Modality, SessionPatch
 
 __all__ = [
     "BargeIn",
+    "CallDtmf",
     "Command",
     "ConversationItemCreate",
     "ConversationItemDelete",
@@ -180,6 +181,15 @@ class BargeIn(Command):
     """vLLM-Omni extension: the caller interrupted; cancel and fence the current reply."""
 
     type: ClassVar[str] = "barge_in"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallDtmf(Command):
+    """A phone caller pressed a key (``received_at``: Unix seconds, when the gateway got it)."""
+
+    type: ClassVar[str] = "call.dtmf"
+    digit: str
+    received_at: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -200,6 +200,20 @@ class RemoteSettings(_Section):
 # -- end of engine "remote" --------------------------------------------------------------
 
 
+class TelephonyProfileSettings(_Section):
+    """What a call to one number sets in its session."""
+
+    instructions: str | None = None
+    voice: str | None = None
+
+
+class TelephonySettings(_Section):
+    #: Reply audio is handed to the carrier at real time plus this lead: a clear drops at most this much.
+    lead_ms: float = Field(100.0, ge=0, le=5_000)
+    #: Session settings by the number called (E.164) or by a call's ``profile`` start parameter.
+    profiles: dict[str, TelephonyProfileSettings] = {}
+
+
 class EngineSettings(_Section):
     name: str = "embedded"
     echo: EchoSettings = EchoSettings()
@@ -235,6 +249,7 @@ class GatewaySettings(BaseSettings):
     auth: AuthSettings = AuthSettings()
     engine: EngineSettings = EngineSettings()
     session: SessionDefaults = SessionDefaults()
+    telephony: TelephonySettings = TelephonySettings()
 
     @classmethod
     def settings_customise_sources(

@@ -47,7 +47,7 @@ from duplex_gateway.audio.format import AudioFormat
 from duplex_gateway.audio_stage import InputStage, OutputStage
 from duplex_gateway.commands import Command, SessionResume
 from duplex_gateway.config import GatewaySettings
-from duplex_gateway.dialects.base import Dialect
+from duplex_gateway.dialects.base import Dialect, PacedDialect
 from duplex_gateway.engine import port
 from duplex_gateway.engine_link import EngineLink
 from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError
@@ -134,6 +134,10 @@ class Connection:
         self._limits = limits
         self._registry = registry
         self._dialect = dialect
+        #: A dialect that paces some of its frames (a phone call's reply audio), and its next wake-up.
+        self._paced = dialect if isinstance(dialect, PacedDialect) else None
+        self._pace_timer: asyncio.Handle | None = None
+        self._pace_at: float | None = None
         self._vad = vad
         self._resumes = resumes if limits.resume_grace_s > 0 else None
         self.session = Session(
@@ -507,6 +511,8 @@ class Connection:
             self._resumes.unpark(self)
         if self._timer is not None:
             self._timer.cancel()
+        if self._pace_timer is not None:
+            self._pace_timer.cancel()
         link, self._link = self._link, None
         if link is not None:
             await link.close()
@@ -596,6 +602,10 @@ class Connection:
                 self._acknowledge(output.server_event_seq)
             else:
                 self._call_engine(output)
+        if self._paced is not None:
+            loop = asyncio.get_running_loop()
+            for command in self._paced.take_commands():
+                self._apply(self.session.receive(command, now=loop.time()))
         self._schedule_timer()
 
     def _call_engine(self, call: EngineCall) -> None:
@@ -659,6 +669,9 @@ class Connection:
 
     def _emit_raw(self, event: ev.ServerEvent) -> None:
         """Number, render and journal ``event``, then queue it for the attached socket, if any."""
+        if self._paced is not None:
+            self._paced.tick(asyncio.get_running_loop().time())
+            self._pace(None)  # it may have queued paced frames
         frame = self._dialect.render(event, seq=self._seq + 1)
         if frame is None:
             return
@@ -668,6 +681,40 @@ class Connection:
         attachment = self._attachment
         if attachment is not None:  # detached: the journal holds it for a resume
             attachment.send(frame)
+
+    def _pace(self, at: float | None) -> None:
+        """Have the paced dialect's due frames sent at ``at`` (None: as soon as this step is done)."""
+        loop = asyncio.get_running_loop()
+        if at is None:
+            if self._pace_timer is not None and self._pace_at is None:
+                return  # already due
+            if self._pace_timer is not None:
+                self._pace_timer.cancel()
+            self._pace_timer, self._pace_at = loop.call_soon(self._send_paced), None
+            return
+        if self._pace_timer is not None and (self._pace_at is None or self._pace_at <= at):
+            return  # an earlier wake-up is set
+        if self._pace_timer is not None:
+            self._pace_timer.cancel()
+        self._pace_timer, self._pace_at = loop.call_at(at, self._send_paced), at
+
+    def _send_paced(self) -> None:
+        self._pace_timer = self._pace_at = None
+        paced = self._paced
+        if paced is None or self._closing is not None:
+            return
+        try:
+            frames, wake = paced.pump(asyncio.get_running_loop().time())
+        except Exception:  # a bug must cost this session only
+            logger.exception("pacing the output of session %s failed", self.session_id)
+            self._close_socket(CloseCode.INTERNAL_ERROR, "internal error")
+            return
+        attachment = self._attachment
+        if attachment is not None:
+            for frame in frames:
+                attachment.send(frame)
+        if wake is not None:
+            self._pace(wake)
 
     def _acknowledge(self, seq: int) -> None:
         if self._resumes is None:

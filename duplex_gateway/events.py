@@ -24,6 +24,7 @@ __all__ = [
     "ConversationItemDone",
     "ConversationItemRetrieved",
     "ConversationItemTruncated",
+    "DtmfReceived",
     "ErrorEvent",
     "HeartbeatAck",
     "InputAudioCleared",
@@ -148,6 +149,15 @@ class InputAudioTimeoutTriggered(ServerEvent):
     item_id: str
     audio_start_ms: int
     audio_end_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DtmfReceived(ServerEvent):
+    """A phone caller pressed ``digit`` (OpenAI's SIP event); ``received_at`` in Unix seconds."""
+
+    type: ClassVar[str] = "input_audio_buffer.dtmf_event_received"
+    digit: str
+    received_at: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

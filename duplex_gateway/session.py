@@ -536,6 +536,9 @@ class Session:
             rate = 8_000 if encoding.is_g711 and not session.encoding.is_g711 else session.rate
         return AudioFormat(encoding=encoding, rate=rate)
 
+    def _on_dtmf(self, command: cmd.CallDtmf, now: float) -> list[Output]:
+        return [ev.DtmfReceived(digit=command.digit, received_at=command.received_at)]
+
     def _on_input_cancel(self, command: cmd.InputCancel, now: float) -> list[Output]:
         self._drop_input()
         return [CancelInput(), ev.InputAudioCleared()]
@@ -1244,6 +1247,7 @@ Session._handlers = {
     cmd.InputAudioCommit: Session._on_commit,
     cmd.InputAudioClear: Session._on_clear,
     cmd.InputCancel: Session._on_input_cancel,
+    cmd.CallDtmf: Session._on_dtmf,
     cmd.InputTextAppend: Session._on_text_append,
     cmd.TurnSignal: Session._on_turn_signal,
     cmd.ResponseCreate: Session._on_response_create,

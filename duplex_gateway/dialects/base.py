@@ -10,13 +10,13 @@ same way.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from duplex_gateway.commands import Command
 from duplex_gateway.events import ServerEvent
 from duplex_gateway.transport import Frame
 
-__all__ = ["Dialect", "Frame"]
+__all__ = ["Dialect", "Frame", "PacedDialect"]
 
 
 
@@ -38,4 +38,25 @@ class Dialect(Protocol):
         any event numbered at or below the last one it saw as a replayed duplicate, so a
         greeting that repeated that number would be lost with the new token it brings.
         """
+        ...
+
+
+@runtime_checkable
+class PacedDialect(Protocol):
+    """A dialect that sends some frames at its own pace (a phone call's reply audio).
+
+    The connection asks it for what is due whenever it rendered something and when the
+    time it named comes, and passes on the commands the dialect has for the session.
+    """
+
+    def pump(self, now: float) -> tuple[list[Frame], float | None]:
+        """The frames due at ``now``, and when to ask again (None: after the next render)."""
+        ...
+
+    def tick(self, now: float) -> None:
+        """The time of the next :meth:`Dialect.render` call."""
+        ...
+
+    def take_commands(self) -> list[Command]:
+        """Commands the dialect has for the session (e.g. a truncation after a clear)."""
         ...

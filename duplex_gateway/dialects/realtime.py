@@ -72,6 +72,7 @@ from duplex_gateway.events import (
     ConversationItemDone,
     ConversationItemRetrieved,
     ConversationItemTruncated,
+    DtmfReceived,
     ErrorEvent,
     HeartbeatAck,
     InputAudioCleared,
@@ -419,7 +420,9 @@ _BETA_NAMES = {
     "conversation.item.added": "conversation.item.created",
 }
 #: Events with no beta form (:func:`render_server_event` returns ``None`` for them).
-_GA_ONLY = frozenset({"conversation.item.done", "input_audio_buffer.timeout_triggered"})
+_GA_ONLY = frozenset(
+    {"conversation.item.done", "input_audio_buffer.timeout_triggered", "input_audio_buffer.dtmf_event_received"}
+)
 #: vLLM-Omni events sent unasked, so only to clients of its duplex handshake: a plain
 #: Realtime client knows no such type (strict ones report an error for it).
 _DUPLEX_ONLY = frozenset({"session.closed", "response.listen", "response.speak", "overlap.decision"})
@@ -639,6 +642,7 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
     OutputAudioCleared: lambda e, beta, sid: {"response_id": e.response_id},
     RateLimitsUpdated: lambda e, beta, sid: {"rate_limits": []},
     PlaybackAcknowledged: lambda e, beta, sid: _playback(e, sid),
+    DtmfReceived: lambda e, beta, sid: {"event": e.digit, "received_at": e.received_at},
     ResponseListen: lambda e, beta, sid: _listen(e, sid),
     ResponseSpeak: lambda e, beta, sid: {
         "response_id": e.response_id,

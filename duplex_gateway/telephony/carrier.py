@@ -1,0 +1,184 @@
+"""What every carrier's media stream comes down to: call events in, a few kinds of frames out.
+
+A :class:`Carrier` is a pure translator for one call's socket (no I/O, no clock). It
+turns the carrier's messages into :data:`CallEvent` values and builds the messages
+the carrier takes: reply audio, a mark (a named point in the played audio the
+carrier reports back when it has played up to it), a clear (drop the audio it holds
+and has not played) and, where the protocol has one, an in-band hang-up.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from duplex_gateway.audio.format import AudioFormat
+from duplex_gateway.errors import ErrorCode, ProtocolError
+from duplex_gateway.transport import Frame
+
+__all__ = [
+    "CallAudio",
+    "CallEnded",
+    "CallEvent",
+    "CallStart",
+    "Carrier",
+    "CarrierCleared",
+    "CarrierError",
+    "Dtmf",
+    "Framing",
+    "MarkPlayed",
+    "bad_message",
+    "json_message",
+    "peek_json",
+    "text_field",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallStart:
+    """The call is connected: who called whom, and the audio formats of the stream."""
+
+    carrier: str
+    call_id: str | None
+    stream_id: str | None = None
+    caller: str | None = None  # "from"
+    callee: str | None = None  # "to"
+    #: What the call was set up with: Twilio ``customParameters``, Vonage NCCO headers, ...
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    input_format: AudioFormat
+    output_format: AudioFormat
+
+
+@dataclass(frozen=True, slots=True)
+class CallAudio:
+    """Caller audio in the call's input format."""
+
+    audio: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class MarkPlayed:
+    """The carrier played the audio sent before the mark ``name`` (or dropped it on a clear)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class CarrierCleared:
+    """The carrier confirmed a clear."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dtmf:
+    """The caller pressed a key."""
+
+    digit: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnded:
+    """The call is over (the caller hung up, or the carrier stopped the stream)."""
+
+    reason: str = "hangup"
+
+
+@dataclass(frozen=True, slots=True)
+class CarrierError:
+    """The carrier reported a problem with what the gateway sent."""
+
+    code: str
+    message: str
+
+
+CallEvent = CallStart | CallAudio | MarkPlayed | CarrierCleared | Dtmf | CallEnded | CarrierError
+
+
+@dataclass(frozen=True, slots=True)
+class Framing:
+    """How the carrier wants reply audio cut: ``chunk_ms`` pieces, at least ``min_bytes``,
+    a whole multiple of ``multiple`` bytes (Exotel: 3.2 KB minimum, multiples of 320 B)."""
+
+    chunk_ms: int = 40
+    min_bytes: int = 0
+    multiple: int = 1
+
+
+class Carrier(Protocol):
+    """One call's messages, translated. One instance per socket."""
+
+    name: ClassVar[str]
+
+    @property
+    def framing(self) -> Framing:
+        """How reply audio is cut for this carrier."""
+        ...
+
+    @property
+    def has_marks(self) -> bool:
+        """The carrier echoes marks: the played position comes from them. Without marks the
+        position is the clock's (the audio was sent at real time)."""
+        ...
+
+    def parse(self, frame: Frame) -> Sequence[CallEvent]:
+        """The call events one message carries; raises ``ProtocolError`` for a malformed one."""
+        ...
+
+    def media(self, audio: bytes) -> Sequence[Frame]:
+        """Reply audio (in the call's output format) as the carrier takes it."""
+        ...
+
+    def mark(self, name: str) -> Frame | None:
+        """A mark named ``name`` after the audio sent so far (None: the carrier has none)."""
+        ...
+
+    def clear(self) -> Frame | None:
+        """Drop the audio the carrier holds and has not played (None: it holds none)."""
+        ...
+
+    def hangup(self) -> Frame | None:
+        """End the call in-band (None: closing the socket ends it)."""
+        ...
+
+
+# -- helpers the carriers share -------------------------------------------------------------
+
+
+def bad_message(message: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.INVALID_EVENT, message)
+
+
+def json_message(frame: Frame, carrier: str) -> dict[str, Any]:
+    """A JSON text message as an object, or a ``ProtocolError``."""
+    if isinstance(frame, bytes):
+        raise ProtocolError(ErrorCode.BINARY_NOT_SUPPORTED, f"{carrier} sends JSON text messages only")
+    try:
+        data = json.loads(frame)
+    except ValueError:
+        raise ProtocolError(ErrorCode.INVALID_JSON, f"a {carrier} message is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise bad_message(f"a {carrier} message must be a JSON object")
+    return data
+
+
+def peek_json(frame: Frame) -> dict[str, Any] | None:
+    """A text frame's JSON object, or None (for telling carriers apart: never raises)."""
+    if not isinstance(frame, str):
+        return None
+    try:
+        data = json.loads(frame)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def text_field(obj: Mapping[str, Any], *keys: str) -> str | None:
+    """The first of ``keys`` that holds a non-empty string (numbers are taken as text)."""
+    for key in keys:
+        value = obj.get(key)
+        if isinstance(value, str) and value:
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+    return None

@@ -1,0 +1,202 @@
+"""A phone call as a :class:`~duplex_gateway.dialects.base.Dialect`: carrier messages in, commands out.
+
+The carrier's start message opens the session (its codec becomes the session's
+input and output format; the number called can choose instructions and voice);
+caller audio is appended as it comes; DTMF reaches the session as OpenAI's SIP
+event; the end of the call closes the session.
+
+Reply audio goes to the carrier through :class:`~duplex_gateway.telephony.playout.Playout`:
+the connection asks :meth:`CallDialect.pump` for what is due, so the carrier never
+holds more than the lead. When the caller speaks over the reply (or the reply is
+cancelled) the carrier's clear goes out at once, and the reply is truncated to the
+last mark the caller heard: the dialect hands the session a
+``conversation.item.truncate`` of its own (:meth:`CallDialect.take_commands`), as a
+Realtime client would send it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from duplex_gateway import commands as cmd
+from duplex_gateway import events as ev
+from duplex_gateway.session_config import InputTranscription, SessionPatch
+from duplex_gateway.telephony import carrier as call
+from duplex_gateway.telephony.playout import Playout
+from duplex_gateway.transport import Frame
+
+__all__ = ["CallDialect", "CallProfile", "CallSetup"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallProfile:
+    """What a call to one number (or carrier parameter) sets in its session."""
+
+    instructions: str | None = None
+    voice: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallSetup:
+    """How calls are set up: the playout lead, and profiles by the number called."""
+
+    lead_ms: float = 100.0
+    #: Profiles by called number (E.164, as the carrier writes it) or by a ``profile`` start parameter.
+    profiles: Mapping[str, CallProfile] = field(default_factory=dict)
+
+
+class CallDialect:
+    """One call's carrier protocol, spoken for the session."""
+
+    def __init__(
+        self,
+        carrier: call.Carrier,
+        setup: CallSetup | None = None,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.carrier = carrier
+        self.setup = setup or CallSetup()
+        self.start: call.CallStart | None = None
+        self.ended = False
+        self._wall_clock = wall_clock
+        self._playout: Playout | None = None
+        self._commands: list[cmd.Command] = []
+        self._outgoing: list[Frame] = []
+        #: The turn detection of the session: a caller's speech cuts the reply off only with interrupt_response.
+        self._interrupts = True
+        self._now = 0.0
+
+    # -- carrier -> session ----------------------------------------------------------------
+
+    def parse(self, frame: Frame) -> Sequence[cmd.Command]:
+        commands: list[cmd.Command] = []
+        for event in self.carrier.parse(frame):
+            commands.extend(self._command(event))
+        return commands
+
+    def _command(self, event: call.CallEvent) -> list[cmd.Command]:
+        if isinstance(event, call.CallAudio):
+            return [cmd.InputAudioAppend(audio=event.audio)] if event.audio and self.start else []
+        if isinstance(event, call.MarkPlayed):
+            heard = self._playout.played(event.name) if self._playout is not None else None
+            if heard is None:
+                return []
+            return [cmd.PlaybackAck(response_id=heard.response_id, item_id=heard.item_id, played_ms=heard.played_ms)]
+        if isinstance(event, call.CallStart):
+            return self._started(event)
+        if isinstance(event, call.Dtmf):
+            return [cmd.CallDtmf(digit=event.digit, received_at=int(self._wall_clock()))]
+        if isinstance(event, call.CallEnded):
+            self.ended = True
+            return [cmd.SessionClose(reason=f"call_ended:{event.reason}")]
+        if isinstance(event, call.CarrierError):
+            logger.warning("%s reported an error: %s: %s", self.carrier.name, event.code, event.message)
+        return []
+
+    def _started(self, start: call.CallStart) -> list[cmd.Command]:
+        if self.start is not None:
+            return []  # a repeated start changes nothing
+        self.start = start
+        self._playout = Playout(
+            start.output_format, self.carrier.framing, lead_ms=self.setup.lead_ms, marks=self.carrier.has_marks
+        )
+        profile = self.profile or CallProfile()
+        patch = SessionPatch(
+            input_format=start.input_format,
+            output_format=start.output_format,
+            # Observers of the call read what the caller said.
+            input_transcription=InputTranscription(),
+        )
+        if profile.instructions is not None:
+            patch = replace(patch, instructions=profile.instructions)
+        if profile.voice is not None:
+            patch = replace(patch, voice=profile.voice)
+        return [cmd.SessionUpdate(session=patch)]
+
+    @property
+    def profile(self) -> CallProfile | None:
+        """The profile this call picked: by its ``profile`` parameter, else by the number called."""
+        start, profiles = self.start, self.setup.profiles
+        if start is None:
+            return None
+        named = start.parameters.get("profile")
+        if named is not None and named in profiles:
+            return profiles[named]
+        return profiles.get(start.callee or "")
+
+    # -- session -> carrier ----------------------------------------------------------------
+
+    def render(self, event: ev.ServerEvent, *, seq: int) -> Frame | None:
+        playout = self._playout
+        if isinstance(event, ev.AudioDelta):
+            if playout is not None:
+                playout.queue(event.response_id, event.item_id, event.audio)
+            return None  # sent by pump(), at the carrier's pace
+        if isinstance(event, ev.AudioDone | ev.ResponseDone) and playout is not None:
+            playout.finish(event.response_id)
+            if isinstance(event, ev.ResponseDone) and event.status == "cancelled":
+                return self._clear()
+            return None
+        if isinstance(event, ev.SpeechStarted) and self._interrupts:
+            return self._clear()
+        if isinstance(event, ev.OutputAudioCleared):
+            return self._clear()
+        if isinstance(event, ev.SessionCreated | ev.SessionUpdated):
+            td = event.config.turn_detection
+            self._interrupts = td is None or td.interrupt_response
+            return None
+        if isinstance(event, ev.SessionClosed):
+            return None if self.ended else self.carrier.hangup()
+        if isinstance(event, ev.ErrorEvent):
+            logger.warning("call %s: %s: %s", self._call_id, event.code.value, event.message)
+        return None
+
+    def render_unsequenced(self, event: ev.ServerEvent) -> Frame:
+        raise NotImplementedError("phone calls are not resumed")
+
+    def _clear(self) -> Frame | None:
+        playout = self._playout
+        if playout is None or not playout.pending(self._now):
+            return None
+        cut = playout.clear(self._now)
+        if cut is not None:
+            # What the caller heard of the reply is all the conversation keeps of it.
+            self._commands.append(
+                cmd.ConversationItemTruncate(item_id=cut.item_id, content_index=0, audio_end_ms=cut.audio_end_ms)
+            )
+        return self.carrier.clear()
+
+    def pump(self, now: float) -> tuple[list[Frame], float | None]:
+        """The carrier frames due at ``now`` (reply audio and its marks), and when to ask again."""
+        self._now = now
+        playout = self._playout
+        if playout is None:
+            return [], None
+        frames: list[Frame] = []
+        outgoing, wake = playout.due(now)
+        for piece in outgoing:
+            frames.extend(self.carrier.media(piece.audio))
+            if piece.mark is not None:
+                mark = self.carrier.mark(piece.mark)
+                if mark is not None:
+                    frames.append(mark)
+        return frames, wake
+
+    def tick(self, now: float) -> None:
+        """The time the next :meth:`render` happens at (clears compute what was heard by then)."""
+        self._now = now
+
+    def take_commands(self) -> list[cmd.Command]:
+        """Commands the call itself has for the session (the truncation after a clear)."""
+        out, self._commands = self._commands, []
+        return out
+
+    @property
+    def _call_id(self) -> str:
+        return (self.start.call_id if self.start else None) or "?"

@@ -1,0 +1,36 @@
+"""A Twilio call into a real gateway: Twilio's message shapes over a real socket."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.e2e.helpers import Gateway, GatewayFactory, encode, ws_connect
+from tests.fixtures import load_speech as load_fixture_speech
+from tests.telephony.phone import Phone
+from tests.telephony.twilio_wire import TwilioWire
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def echo_gateway(module_gateway_factory: GatewayFactory) -> Gateway:
+    return module_gateway_factory.start(
+        {"server": {"web_demo": False}, "engine": {"name": "echo", "echo": {"pace": 1.0}}}, name="twilio-echo"
+    )
+
+
+def _caller(seconds_before: float = 0.5, seconds_after: float = 1.2) -> bytes:
+    speech = load_fixture_speech(8_000)
+    pad = np.zeros(int(8_000 * seconds_before), np.float32), np.zeros(int(8_000 * seconds_after), np.float32)
+    return encode(np.concatenate([pad[0], speech, pad[1]]), "g711_ulaw")
+
+
+async def test_a_call_is_answered_in_twilio_media(echo_gateway: Gateway) -> None:
+    async with ws_connect(echo_gateway, "/telephony/twilio") as ws, Phone(ws, TwilioWire()) as phone:
+        await phone.say(_caller())
+        await phone.wait(lambda p: len(p.media()) > 10 and p.played_marks and not p._buffer, timeout=20)
+        reply = b"".join(o.audio for o in phone.media())
+        assert len(reply) > 8_000  # over a second of the echo, μ-law at 8 kHz
+        assert not phone.clears
+        await phone.hang_up()
