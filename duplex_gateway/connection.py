@@ -368,6 +368,8 @@ class Connection:
             except ProtocolError as exc:
                 self._send_error(exc)
                 continue
+            if self._paced is not None and self._paced.wants_pump:
+                self._pace(None)  # e.g. the carrier takes audio again after a pause
             for command in commands:
                 if isinstance(command, SessionResume) and first and not self.session.configured:
                     if await self._hand_over(command):

@@ -60,3 +60,8 @@ class PacedDialect(Protocol):
     def take_commands(self) -> list[Command]:
         """Commands the dialect has for the session (e.g. a truncation after a clear)."""
         ...
+
+    @property
+    def wants_pump(self) -> bool:
+        """A client frame it parsed may let paced frames go out now (flow control resumed)."""
+        ...

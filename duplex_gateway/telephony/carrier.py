@@ -27,6 +27,8 @@ __all__ = [
     "CarrierCleared",
     "CarrierError",
     "Dtmf",
+    "FlowPaused",
+    "FlowResumed",
     "Framing",
     "MarkPlayed",
     "bad_message",
@@ -85,6 +87,16 @@ class CallEnded:
 
 
 @dataclass(frozen=True, slots=True)
+class FlowPaused:
+    """The carrier's buffer is full (Asterisk ``MEDIA_XOFF``): send no audio until :class:`FlowResumed`."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlowResumed:
+    """The carrier takes audio again (Asterisk ``MEDIA_XON``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class CarrierError:
     """The carrier reported a problem with what the gateway sent."""
 
@@ -92,7 +104,9 @@ class CarrierError:
     message: str
 
 
-CallEvent = CallStart | CallAudio | MarkPlayed | CarrierCleared | Dtmf | CallEnded | CarrierError
+CallEvent = (
+    CallStart | CallAudio | MarkPlayed | CarrierCleared | Dtmf | CallEnded | CarrierError | FlowPaused | FlowResumed
+)
 
 
 @dataclass(frozen=True, slots=True)

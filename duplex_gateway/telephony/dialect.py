@@ -71,6 +71,8 @@ class CallDialect:
         #: The turn detection of the session: a caller's speech cuts the reply off only with interrupt_response.
         self._interrupts = True
         self._now = 0.0
+        #: Something changed that may let paced audio go out (the carrier resumed its flow).
+        self._wake = False
 
     # -- carrier -> session ----------------------------------------------------------------
 
@@ -95,6 +97,11 @@ class CallDialect:
         if isinstance(event, call.CallEnded):
             self.ended = True
             return [cmd.SessionClose(reason=f"call_ended:{event.reason}")]
+        if isinstance(event, call.FlowPaused | call.FlowResumed):
+            if self._playout is not None:
+                self._playout.paused = isinstance(event, call.FlowPaused)
+                self._wake = True
+            return []
         if isinstance(event, call.CarrierError):
             logger.warning("%s reported an error: %s: %s", self.carrier.name, event.code, event.message)
         return []
@@ -175,6 +182,7 @@ class CallDialect:
     def pump(self, now: float) -> tuple[list[Frame], float | None]:
         """The carrier frames due at ``now`` (reply audio and its marks), and when to ask again."""
         self._now = now
+        self._wake = False
         playout = self._playout
         if playout is None:
             return [], None
@@ -191,6 +199,11 @@ class CallDialect:
     def tick(self, now: float) -> None:
         """The time the next :meth:`render` happens at (clears compute what was heard by then)."""
         self._now = now
+
+    @property
+    def wants_pump(self) -> bool:
+        """A carrier message changed what may be sent (the connection pumps after parsing)."""
+        return self._wake
 
     def take_commands(self) -> list[cmd.Command]:
         """Commands the call itself has for the session (the truncation after a clear)."""

@@ -74,6 +74,8 @@ class Playout:
         self._multiple = multiple
         self._silence = _SILENCE.get(fmt.encoding, b"\x00")
         self.epoch = 0
+        #: The carrier asked for no more audio for now (flow control).
+        self.paused = False
         self._queue: deque[_Piece] = deque()
         #: When the carrier will have played everything sent so far (None: nothing is playing).
         self._ends_at: float | None = None
@@ -107,7 +109,7 @@ class Playout:
     def due(self, now: float) -> tuple[list[Outgoing], float | None]:
         """What to send at ``now``, and when to ask again (None: when more audio is queued)."""
         out: list[Outgoing] = []
-        while self._queue:
+        while self._queue and not self.paused:
             if self._ends_at is not None and self._ends_at - now > self._lead_s:
                 return out, self._ends_at - self._lead_s
             piece = self._queue[0]
