@@ -90,10 +90,27 @@ class _Gateway:
         return JSONResponse(body, status_code=200 if ready else 503)
 
     async def realtime(self, websocket: WebSocket) -> None:
+        call_id = websocket.query_params.get("call_id")
+        if call_id is not None:
+            await self._observe(websocket, call_id)
+            return
         # ?duplex=1 asks for the vLLM-Omni handshake; ?resume=1 means the first message may be
         # session.resume, so session.created must wait for it.
         wait = any(websocket.query_params.get(key, "0").lower() in ("1", "true") for key in ("duplex", "resume"))
         await self._serve(websocket, Handshake.DUPLEX if wait else Handshake.REALTIME)
+
+    async def _observe(self, websocket: WebSocket, call_id: str) -> None:
+        """``/v1/realtime?call_id=...``: watch a live call (or any session, by its id), read-only."""
+        offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+        if not self._authorized(websocket, offered):
+            await websocket.close(int(CloseCode.POLICY_VIOLATION), "unauthorized")
+            return
+        watched = next((c for c in self.connections if call_id in (c.call_id, c.session_id)), None)
+        if watched is None:
+            await websocket.close(int(CloseCode.POLICY_VIOLATION), "no live call with that id")
+            return
+        await websocket.accept(subprotocol="realtime" if "realtime" in offered else None)
+        await watched.observe(websocket)
 
     async def duplex(self, websocket: WebSocket) -> None:
         await self._serve(websocket, Handshake.DUPLEX)

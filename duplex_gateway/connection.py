@@ -51,6 +51,7 @@ from duplex_gateway.dialects.base import Dialect, PacedDialect
 from duplex_gateway.engine import port
 from duplex_gateway.engine_link import EngineLink
 from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError
+from duplex_gateway.observers import Observers
 from duplex_gateway.resume import Journal, ResumeRegistry, new_resume_token
 from duplex_gateway.session import (
     AcknowledgeEvents,
@@ -173,10 +174,46 @@ class Connection:
         # The task reading the socket, and whether it was told to stop (a stalled client).
         self._reader: asyncio.Task[object] | None = None
         self._stop_reading = False
+        #: Read-only Realtime clients watching this session (made on the first one).
+        self._observers: Observers | None = None
 
     @property
     def session_id(self) -> str:
         return self.session.session_id
+
+    @property
+    def call_id(self) -> str | None:
+        """The carrier's id of the phone call this session serves (None: not a call, or not started)."""
+        start = getattr(self._dialect, "start", None)
+        call_id = getattr(start, "call_id", None)
+        return call_id if isinstance(call_id, str) else None
+
+    async def observe(self, socket: Socket) -> None:
+        """Serve ``socket`` as a read-only observer of this session until either ends."""
+        if self._observers is None:
+            limits = self._limits
+            self._observers = Observers(
+                self.session_id, max_message_bytes=limits.max_message_bytes,
+                send_queue_size=limits.send_queue_size, send_timeout_s=limits.send_timeout_s,
+            )
+        observers = self._observers
+        greeting = ev.SessionCreated(
+            session_id=self.session_id, config=self.session.config,
+            capabilities=self._engine.capabilities.as_pairs(),
+        )
+        attachment = observers.attach(socket, greeting)
+        if attachment is None:
+            with contextlib.suppress(Exception):
+                await socket.close(int(CloseCode.TRY_AGAIN_LATER), "too many observers")
+            return
+        try:
+            while not self._ended.is_set():
+                message = await socket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                observers.refuse(attachment, str(message.get("text") or "a binary frame"))
+        finally:
+            await observers.finish(attachment, "observer_left" if not self._ended.is_set() else "call_ended")
 
     def can_replay_after(self, seq: int) -> bool:
         return self._journal.can_replay_after(seq)
@@ -515,6 +552,8 @@ class Connection:
             self._timer.cancel()
         if self._pace_timer is not None:
             self._pace_timer.cancel()
+        if self._observers is not None:
+            self._observers.close_all("call_ended")
         link, self._link = self._link, None
         if link is not None:
             await link.close()
@@ -671,6 +710,8 @@ class Connection:
 
     def _emit_raw(self, event: ev.ServerEvent) -> None:
         """Number, render and journal ``event``, then queue it for the attached socket, if any."""
+        if self._observers is not None:
+            self._observers.send(event)
         if self._paced is not None:
             self._paced.tick(asyncio.get_running_loop().time())
             self._pace(None)  # it may have queued paced frames
