@@ -400,6 +400,8 @@ class Connection:
             frame: Frame | None = message.get("text")
             if frame is None:
                 frame = message.get("bytes", b"")
+            if self._paced is not None:
+                self._paced.tick(loop.time())
             try:
                 commands: Sequence[Command] = self._dialect.parse(frame)
             except ProtocolError as exc:

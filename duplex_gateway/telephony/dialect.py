@@ -23,8 +23,10 @@ from dataclasses import dataclass, field, replace
 
 from duplex_gateway import commands as cmd
 from duplex_gateway import events as ev
+from duplex_gateway.audio import codec
 from duplex_gateway.session_config import InputTranscription, SessionPatch
 from duplex_gateway.telephony import carrier as call
+from duplex_gateway.telephony.echo import EchoSuppressor
 from duplex_gateway.telephony.playout import Playout
 from duplex_gateway.transport import Frame
 
@@ -46,6 +48,8 @@ class CallSetup:
     """How calls are set up: the playout lead, and profiles by the number called."""
 
     lead_ms: float = 100.0
+    #: Cancel the reply's echo from the caller's audio (speakerphones) before turn detection hears it.
+    echo_suppression: bool = True
     #: Profiles by called number (E.164, as the carrier writes it) or by a ``profile`` start parameter.
     profiles: Mapping[str, CallProfile] = field(default_factory=dict)
 
@@ -66,6 +70,7 @@ class CallDialect:
         self.ended = False
         self._wall_clock = wall_clock
         self._playout: Playout | None = None
+        self.echo: EchoSuppressor | None = None
         self._commands: list[cmd.Command] = []
         self._outgoing: list[Frame] = []
         #: The turn detection of the session: a caller's speech cuts the reply off only with interrupt_response.
@@ -84,7 +89,9 @@ class CallDialect:
 
     def _command(self, event: call.CallEvent) -> list[cmd.Command]:
         if isinstance(event, call.CallAudio):
-            return [cmd.InputAudioAppend(audio=event.audio)] if event.audio and self.start else []
+            if not event.audio or self.start is None:
+                return []
+            return [cmd.InputAudioAppend(audio=self._without_echo(event.audio))]
         if isinstance(event, call.MarkPlayed):
             heard = self._playout.played(event.name) if self._playout is not None else None
             if heard is None:
@@ -113,6 +120,8 @@ class CallDialect:
         self._playout = Playout(
             start.output_format, self.carrier.framing, lead_ms=self.setup.lead_ms, marks=self.carrier.has_marks
         )
+        if self.setup.echo_suppression and start.input_format.rate == start.output_format.rate:
+            self.echo = EchoSuppressor(start.input_format.rate)
         profile = self.profile or CallProfile()
         patch = SessionPatch(
             input_format=start.input_format,
@@ -189,12 +198,25 @@ class CallDialect:
         frames: list[Frame] = []
         outgoing, wake = playout.due(now)
         for piece in outgoing:
+            if self.echo is not None and self.start is not None:
+                self.echo.played(piece.ends_at, codec.decode(piece.audio, self.start.output_format.encoding))
             frames.extend(self.carrier.media(piece.audio))
             if piece.mark is not None:
                 mark = self.carrier.mark(piece.mark)
                 if mark is not None:
                     frames.append(mark)
         return frames, wake
+
+    def _without_echo(self, audio: bytes) -> bytes:
+        echo, start = self.echo, self.start
+        if echo is None or start is None:
+            return audio
+        encoding = start.input_format.encoding
+        if len(audio) % encoding.bytes_per_sample:
+            return audio  # a partial sample: the session refuses it as it is
+        samples = codec.decode(audio, encoding)
+        cleaned = echo.process(self._now, samples)
+        return audio if cleaned is samples else codec.encode(cleaned, encoding)
 
     def tick(self, now: float) -> None:
         """The time the next :meth:`render` happens at (clears compute what was heard by then)."""

@@ -27,10 +27,12 @@ _SILENCE = {Encoding.G711_ULAW: b"\xff", Encoding.G711_ALAW: b"\xd5"}
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """A piece of reply audio to send now, and the mark to send after it (None: no marks)."""
+    """A piece of reply audio to send now, the mark to send after it (None: no marks), and
+    when the carrier will have played it (the clock of :meth:`Playout.due`)."""
 
     audio: bytes
     mark: str | None
+    ends_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +143,7 @@ class Playout:
         if self.marks:
             name = f"{self.epoch}.{next(self._names)}"
             self._pending[name] = (piece.response_id, piece.item_id, round(self._sent_ms))
-        return Outgoing(audio, name)
+        return Outgoing(audio, name, self._ends_at)
 
     # -- what the caller heard -----------------------------------------------------------------
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import numpy as np
 import pytest
 
@@ -50,3 +53,46 @@ async def test_twilio_call_acceptance(embedded_gateway: Gateway) -> None:
         embedded_gateway, "/telephony/twilio", TwilioWire(), CALL_SID, rate=8_000,
         encode=lambda samples: encode(samples, "g711_ulaw"), decode=lambda data: decode(data, "g711_ulaw"),
     )
+
+
+async def _speakerphone(phone: Phone, seconds: float, *, delay_ms: float = 150, gain: float = 0.4) -> None:
+    """Keep the line open as a speakerphone does: the microphone hears the reply being played."""
+    frame = phone.wire.frame_bytes
+    delay = int(8_000 * delay_ms / 1000)
+    start = time.monotonic()
+    for index in range(int(seconds * 50)):
+        cursor = len(phone.played) - delay
+        heard = bytes(phone.played[max(cursor, 0) : max(cursor, 0) + frame]) if cursor > 0 else b""
+        mic = decode(heard, "g711_ulaw") * gain if heard else np.zeros(0, np.float32)
+        mic = np.concatenate([mic, np.zeros(frame - mic.size, np.float32)])
+        await phone.ws.send(phone.wire.media(encode(mic, "g711_ulaw"), index))
+        await asyncio.sleep(max(0.0, start + (index + 1) * 0.02 - time.monotonic()))
+
+
+@pytest.fixture(scope="module")
+def echo_gateway_unprotected(module_gateway_factory: GatewayFactory) -> Gateway:
+    return module_gateway_factory.start(
+        {
+            "server": {"web_demo": False},
+            "engine": {"name": "echo", "echo": {"pace": 1.0}},
+            "telephony": {"echo_suppression": False},
+        },
+        name="twilio-echo-unprotected",
+    )
+
+
+@pytest.mark.parametrize("protected", [True, False])
+async def test_a_speakerphone_does_not_cut_its_own_reply(
+    protected: bool, echo_gateway: Gateway, echo_gateway_unprotected: Gateway
+) -> None:
+    """The reply leaks back into the caller's microphone; with echo suppression it plays to the end."""
+    gateway = echo_gateway if protected else echo_gateway_unprotected
+    async with ws_connect(gateway, "/telephony/twilio") as ws, Phone(ws, TwilioWire()) as phone:
+        await phone.say(_caller(seconds_after=0.8))
+        await _speakerphone(phone, 6.0)
+        if protected:
+            assert not phone.clears, "the reply's own echo cut it off"
+            assert len(phone.played) > 8_000 * 2.5  # the echoed turn played whole
+        else:
+            assert phone.clears, "without suppression the echo barges in (the test can tell)"
+        await phone.hang_up()
