@@ -38,6 +38,10 @@ class Observer:
     """A Realtime client watching the call: every event, with when it arrived."""
 
     events: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    ws: Any = None
+
+    async def send(self, event: dict[str, Any]) -> None:
+        await self.ws.send(json.dumps(event))
 
     def of(self, kind: str) -> list[tuple[float, dict[str, Any]]]:
         return [(at, e) for at, e in self.events if e["type"] == kind]
@@ -66,6 +70,7 @@ async def observing(gateway: Gateway, call_id: str) -> AsyncIterator[Observer]:
         async for frame in ws:
             observer.events.append((time.monotonic(), json.loads(frame)))
 
+    observer.ws = ws
     task = asyncio.create_task(read())
     try:
         yield observer

@@ -7,10 +7,12 @@ import time
 
 import numpy as np
 import pytest
+from websockets.exceptions import InvalidStatus
 
 from tests.e2e.helpers import Gateway, GatewayFactory, decode, encode, ws_connect
 from tests.fixtures import load_speech as load_fixture_speech
-from tests.telephony.acceptance import run_call
+from tests.sdk_models import validate_server_event
+from tests.telephony.acceptance import observing, run_call
 from tests.telephony.phone import Phone
 from tests.telephony.twilio_wire import CALL_SID, TwilioWire
 
@@ -96,3 +98,25 @@ async def test_a_speakerphone_does_not_cut_its_own_reply(
         else:
             assert phone.clears, "without suppression the echo barges in (the test can tell)"
         await phone.hang_up()
+
+
+async def test_dtmf_and_transcripts_reach_an_observer_of_the_call(echo_gateway: Gateway) -> None:
+    async with ws_connect(echo_gateway, "/telephony/twilio") as ws, Phone(ws, TwilioWire()) as phone:
+        async with observing(echo_gateway, CALL_SID) as observer:
+            _, created = await observer.wait(lambda e: e["type"] == "session.created")
+            assert created["session"]["audio"]["input"]["format"]["type"] == "audio/pcmu"
+            await phone.press("5")
+            _, dtmf = await observer.wait(lambda e: e["type"] == "input_audio_buffer.dtmf_event_received")
+            assert dtmf["event"] == "5" and abs(dtmf["received_at"] - time.time()) < 60
+            validate_server_event(dtmf)  # OpenAI's own SIP event, exactly as the SDK types it
+            await phone.say(_caller())
+            await observer.wait(lambda e: e["type"] == "response.done", timeout=20)
+            # Read-only: an observer's command is refused and the call goes on.
+            await observer.send({"type": "response.cancel"})
+            _, error = await observer.wait(lambda e: e["type"] == "error")
+            assert "read-only" in error["error"]["message"]
+        await phone.hang_up()
+    # Nobody watches a call that is not there.
+    with pytest.raises(InvalidStatus):
+        async with ws_connect(echo_gateway, "/v1/realtime?call_id=CA_no_such_call"):
+            pass
