@@ -28,8 +28,13 @@ from duplex_gateway.events import ErrorEvent
 from duplex_gateway.resume import ResumeRegistry, new_session_id
 from duplex_gateway.session import Handshake
 from duplex_gateway.session_config import InputTranscription, SessionConfig, SessionKind, TurnDetection
+from duplex_gateway.telephony.audiosocket import AudioSocketServer, start_audiosocket
+from duplex_gateway.telephony.carrier import Carrier
 from duplex_gateway.telephony.dialect import CallDialect, CallProfile, CallSetup
+from duplex_gateway.telephony.hangup import HangupOutcome, hang_up
 from duplex_gateway.telephony.registry import DetectingCarrier, carrier_for
+from duplex_gateway.telephony.webhooks import stream_upgrade_allowed, webhook_routes
+from duplex_gateway.transport import Socket
 
 __all__ = ["create_app", "session_defaults"]
 
@@ -118,30 +123,41 @@ class _Gateway:
     async def telephony(self, websocket: WebSocket) -> None:
         """A carrier's media stream: ``/telephony/<carrier>``, or ``/telephony`` to recognize it."""
         name = websocket.path_params.get("carrier")
-        carrier = DetectingCarrier() if name is None else carrier_for(name)
+        if not stream_upgrade_allowed(websocket, name, self.settings.telephony):
+            # Refused before accept (HTTP 403): no session is opened for an unsigned stream.
+            await websocket.close(int(CloseCode.POLICY_VIOLATION), "invalid signature")
+            return
+        signed = frozenset({"twilio"}) if self.settings.telephony.twilio.auth_token else frozenset()
+        carrier = DetectingCarrier(signed_only=signed) if name is None else carrier_for(name)
         offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
         if carrier is None:
             await websocket.close(int(CloseCode.POLICY_VIOLATION), f"no carrier named {name[:32]!r}" if name else None)
             return
         # Asterisk's chan_websocket asks for the "media" subprotocol.
         await websocket.accept(subprotocol="media" if "media" in offered else None)
+        await self.serve_call(websocket, carrier)
+
+    async def serve_call(self, socket: Socket, carrier: Carrier) -> None:
+        """One phone call's media stream, whatever carries it: a carrier's WebSocket, an AudioSocket connection."""
         session_id = new_session_id(self.settings.server.node_id)
         telephony = self.settings.telephony
         setup = CallSetup(
             lead_ms=telephony.lead_ms,
+            echo_suppression=telephony.echo_suppression,
             profiles={
                 key: CallProfile(instructions=p.instructions, voice=p.voice) for key, p in telephony.profiles.items()
             },
         )
+        dialect = CallDialect(carrier, setup)
         connection = Connection(
-            websocket,
+            socket,
             session_id=session_id,
             engine=self.engine,
             settings=self.settings,
             defaults=self.defaults,
             registry=self.registry,
             handshake=Handshake.DUPLEX,  # the carrier's start message opens the session
-            dialect=CallDialect(carrier, setup),
+            dialect=dialect,
             resumes=None,  # a dropped call is over
         )
         self.connections.add(connection)
@@ -149,6 +165,25 @@ class _Gateway:
             await connection.serve()
         finally:
             self.connections.discard(connection)
+        start = dialect.start
+        if start is not None and start.call_id and not dialect.ended and connection.closed_by_server:
+            # The gateway ended the call. Closing the stream ends most calls; the carrier's REST
+            # hang-up (with its credentials configured) ends the rest, e.g. TwiML after <Stream>.
+            result = await hang_up(start.carrier, start.call_id, self.settings)
+            quiet = (HangupOutcome.NOT_CONFIGURED, HangupOutcome.UNSUPPORTED)  # closing the stream ended it
+            level = logging.INFO if result.ok or result.outcome in quiet else logging.WARNING
+            logger.log(level, "call %s (%s): hang-up %s %s", start.call_id, start.carrier, result.outcome, result.detail or "")
+
+    async def hang_up_call(self, request: Request) -> Response:
+        """``POST /v1/realtime/calls/{call_id}/hangup`` (OpenAI's): end a live call."""
+        if not self._authorized(request, []):
+            return JSONResponse({"error": {"code": "unauthorized", "message": "a valid API key is required"}}, 401)
+        call_id = request.path_params["call_id"]
+        connection = next((c for c in self.connections if call_id in (c.call_id, c.session_id)), None)
+        if connection is None:
+            return JSONResponse({"error": {"code": "not_found", "message": "no live call with that id"}}, 404)
+        connection.end("hangup_requested")
+        return JSONResponse({}, 200)
 
     async def _serve(self, websocket: WebSocket, handshake: Handshake) -> None:
         offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
@@ -205,7 +240,7 @@ class _Gateway:
         while self.connections and loop.time() < deadline:
             await asyncio.sleep(0.02)
 
-    def _authorized(self, websocket: WebSocket, offered: list[str]) -> bool:
+    def _authorized(self, websocket: WebSocket | Request, offered: list[str]) -> bool:
         keys = self.settings.auth.api_keys
         if not keys:
             return True
@@ -222,9 +257,16 @@ class _Gateway:
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         await self.engine.start()
         logger.info("engine %s ready", self.engine.capabilities.name)
+        audiosocket: AudioSocketServer | None = None
         try:
+            # Asterisk AudioSocket calls over TCP, when telephony.audiosocket_port is set.
+            audiosocket = await start_audiosocket(
+                self.serve_call, self.settings.server.host, self.settings.telephony.audiosocket_port
+            )
             yield
         finally:
+            if audiosocket is not None:
+                await audiosocket.close()
             await self.engine.shutdown()
 
 
@@ -234,6 +276,9 @@ def create_app(settings: GatewaySettings, engine: port.Engine) -> Starlette:
     routes: list[Route | WebSocketRoute | Mount] = [
         Route("/healthz", gateway.healthz),
         Route("/readyz", gateway.readyz),
+        # The carriers' answer webhooks (/telephony/twilio/voice, ...): TwiML, TeXML, Plivo XML, NCCO.
+        *webhook_routes(settings),
+        Route("/v1/realtime/calls/{call_id}/hangup", gateway.hang_up_call, methods=["POST"]),
         WebSocketRoute("/v1/realtime", gateway.realtime),
         WebSocketRoute("/v1/duplex", gateway.duplex),
         WebSocketRoute("/telephony", gateway.telephony),

@@ -39,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
         help="engine remote: a vLLM-Omni server ws://host:port (repeat for a pool), "
         "overriding engine.remote.backends",
     )
+    serve.add_argument(
+        "--audiosocket-port",
+        type=int,
+        metavar="PORT",
+        help="also take Asterisk AudioSocket calls over TCP on this port, overriding telephony.audiosocket_port",
+    )
     talk = commands.add_parser("call", help="stream a WAV file to a gateway and save the spoken reply")
     talk.add_argument("wav", help="caller audio: a WAV file (any rate; mono or stereo)")
     talk.add_argument("--url", default="ws://127.0.0.1:8000/v1/realtime", help="gateway WebSocket URL")
@@ -93,6 +99,7 @@ def _serve(args: argparse.Namespace) -> int:
                 "engine.vllm_omni.deploy_config": args.deploy_config,
                 "engine.vllm_omni.omni_factory": args.omni_factory,
                 "engine.remote.backends": [{"url": url} for url in args.backend] if args.backend else None,
+                "telephony.audiosocket_port": args.audiosocket_port,
             },
         )
         engine = build_engine(settings)
@@ -101,7 +108,11 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     server = settings.server
     logging.basicConfig(level=server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(settings, engine)
+    try:
+        app = create_app(settings, engine)
+    except ConfigError as exc:  # e.g. a carrier's key that is well formed but of the wrong kind
+        print(f"duplex-gateway: {exc}", file=sys.stderr)
+        return 2
 
     class GatewayServer(uvicorn.Server):
         async def shutdown(self, sockets: list[Any] | None = None) -> None:

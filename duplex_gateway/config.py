@@ -25,11 +25,17 @@ __all__ = [
     "EngineSettings",
     "GatewaySettings",
     "LimitSettings",
+    "PlivoCarrierSettings",
     "RemoteBackendSettings",
     "RemoteSettings",
     "ServerSettings",
     "SessionDefaults",
+    "TelephonyProfileSettings",
+    "TelephonySettings",
+    "TelnyxCarrierSettings",
+    "TwilioCarrierSettings",
     "VllmOmniSettings",
+    "VonageCarrierSettings",
     "load_settings",
 ]
 
@@ -207,11 +213,64 @@ class TelephonyProfileSettings(_Section):
     voice: str | None = None
 
 
+class TwilioCarrierSettings(_Section):
+    """Twilio credentials: the auth token checks ``X-Twilio-Signature``; both hang calls up over REST."""
+
+    account_sid: str | None = None
+    auth_token: str | None = None
+    api_base_url: str = Field("https://api.twilio.com", pattern=r"^https?://\S+$")
+
+
+class TelnyxCarrierSettings(_Section):
+    """Telnyx: the API key hangs calls up; the public key (base64 Ed25519) checks webhook signatures."""
+
+    api_key: str | None = None
+    #: Base64 of the 32-byte key, as the portal shows it, or PEM.
+    public_key: str | None = Field(
+        None,
+        pattern=r"^\s*([A-Za-z0-9+/]{43}="
+        r"|-----BEGIN PUBLIC KEY-----[A-Za-z0-9+/=\s]+-----END PUBLIC KEY-----)\s*$",
+    )
+    #: How far a signed webhook's ``telnyx-timestamp`` may be from the gateway's clock.
+    signature_tolerance_s: float = Field(300.0, gt=0)
+    api_base_url: str = Field("https://api.telnyx.com", pattern=r"^https?://\S+$")
+
+
+class PlivoCarrierSettings(_Section):
+    """Plivo: the auth token checks ``X-Plivo-Signature-V3``; auth id and token hang calls up."""
+
+    auth_id: str | None = None
+    auth_token: str | None = None
+    api_base_url: str = Field("https://api.plivo.com", pattern=r"^https?://\S+$")
+
+
+class VonageCarrierSettings(_Section):
+    """Vonage: hang-up needs a JWT, given as is or minted from the application's private key."""
+
+    application_id: str | None = None
+    private_key_path: str | None = None
+    jwt: str | None = None
+    api_base_url: str = Field("https://api.nexmo.com", pattern=r"^https?://\S+$")
+
+
 class TelephonySettings(_Section):
     #: Reply audio is handed to the carrier at real time plus this lead: a clear drops at most this much.
     lead_ms: float = Field(100.0, ge=0, le=5_000)
+    #: Take the reply's echo (speakerphones) out of the caller's audio before turn detection hears it.
+    echo_suppression: bool = True
     #: Session settings by the number called (E.164) or by a call's ``profile`` start parameter.
     profiles: dict[str, TelephonyProfileSettings] = {}
+    #: The gateway's public base URL (``https://gw.example.com``), written into the carriers' answers
+    #: (``wss://`` from ``https://``) and the URL webhook signatures cover; null: the request's Host.
+    public_url: str | None = Field(None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
+    #: Longest wait for a carrier's REST hang-up.
+    hangup_timeout_s: float = Field(5.0, gt=0, le=60)
+    #: Listen for Asterisk AudioSocket calls (TCP) on this port, on server.host; null: no listener.
+    audiosocket_port: int | None = Field(None, ge=0, le=65535)
+    twilio: TwilioCarrierSettings = TwilioCarrierSettings()
+    telnyx: TelnyxCarrierSettings = TelnyxCarrierSettings()
+    plivo: PlivoCarrierSettings = PlivoCarrierSettings()
+    vonage: VonageCarrierSettings = VonageCarrierSettings()
 
 
 class EngineSettings(_Section):

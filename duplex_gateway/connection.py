@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from duplex_gateway import events as ev
 from duplex_gateway.audio.format import AudioFormat
 from duplex_gateway.audio_stage import InputStage, OutputStage
-from duplex_gateway.commands import Command, SessionResume
+from duplex_gateway.commands import Command, SessionClose, SessionResume
 from duplex_gateway.config import GatewaySettings
 from duplex_gateway.dialects.base import Dialect, PacedDialect
 from duplex_gateway.engine import port
@@ -187,6 +187,16 @@ class Connection:
         start = getattr(self._dialect, "start", None)
         call_id = getattr(start, "call_id", None)
         return call_id if isinstance(call_id, str) else None
+
+    @property
+    def closed_by_server(self) -> bool:
+        """The gateway ended the session (its client did not just go away)."""
+        return self._closing is not None
+
+    def end(self, reason: str) -> None:
+        """End the session from outside (a call hung up through the API): as if its client closed it."""
+        if not self.session.closed:
+            self._apply(self.session.receive(SessionClose(reason=reason), now=asyncio.get_running_loop().time()))
 
     async def observe(self, socket: Socket) -> None:
         """Serve ``socket`` as a read-only observer of this session until either ends."""
@@ -771,3 +781,5 @@ class Connection:
 
     def _send_error(self, exc: ProtocolError) -> None:
         self._emit(ev.ErrorEvent(code=exc.code, message=exc.message, event_id=exc.event_id, param=exc.param))
+        if exc.code is ErrorCode.UNAUTHORIZED:
+            self._close_socket(CloseCode.POLICY_VIOLATION, "unauthorized")  # nothing more is heard from it

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from duplex_gateway import commands as cmd
 from duplex_gateway import events as ev
 from duplex_gateway.audio import codec
+from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.session_config import InputTranscription, SessionPatch
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.echo import EchoSuppressor
@@ -33,6 +34,9 @@ from duplex_gateway.transport import Frame
 __all__ = ["CallDialect", "CallProfile", "CallSetup"]
 
 logger = logging.getLogger(__name__)
+
+#: A carrier's start the gateway cannot serve (its codec or rate).
+_CANNOT_SERVE = frozenset({ErrorCode.UNSUPPORTED_AUDIO_FORMAT, ErrorCode.UNSUPPORTED_SAMPLE_RATE})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,8 +86,17 @@ class CallDialect:
     # -- carrier -> session ----------------------------------------------------------------
 
     def parse(self, frame: Frame) -> Sequence[cmd.Command]:
+        try:
+            events = self.carrier.parse(frame)
+        except ProtocolError as exc:
+            if self.start is None and exc.code in _CANNOT_SERVE:
+                # A call in a format the gateway cannot take: end it rather than hold a silent line.
+                logger.warning("%s call refused: %s", self.carrier.name, exc.message)
+                self.ended = True
+                return [cmd.SessionClose(reason="unsupported_call_format")]
+            raise
         commands: list[cmd.Command] = []
-        for event in self.carrier.parse(frame):
+        for event in events:
             commands.extend(self._command(event))
         return commands
 

@@ -112,7 +112,8 @@ class Playout:
         """What to send at ``now``, and when to ask again (None: when more audio is queued)."""
         out: list[Outgoing] = []
         while self._queue and not self.paused:
-            if self._ends_at is not None and self._ends_at - now > self._lead_s:
+            # (a microsecond of slack: at exactly the wake-up time, float rounding must not defer it again)
+            if self._ends_at is not None and self._ends_at - now > self._lead_s + 1e-6:
                 return out, self._ends_at - self._lead_s
             piece = self._queue[0]
             if len(piece.audio) < self._chunk and not piece.finished:

@@ -50,8 +50,10 @@ class DetectingCarrier:
 
     name: ClassVar[str] = "auto"
 
-    def __init__(self) -> None:
+    def __init__(self, *, signed_only: frozenset[str] = frozenset()) -> None:
+        """``signed_only``: carriers whose streams must come on their own, signature-checked path."""
         self.detected: call.Carrier | None = None
+        self._signed_only = signed_only
         self._held: list[Frame] = []
 
     @property
@@ -72,11 +74,19 @@ class DetectingCarrier:
         if self.detected is not None:
             return self.detected.parse(frame)
         carrier = self._recognize(frame)
+        if carrier is None and isinstance(frame, bytes):
+            # Audio before any carrier said who it is: nothing can play it (no carrier starts so).
+            raise ProtocolError(ErrorCode.INVALID_EVENT, "audio came before the call's start message")
         if carrier is None:
             if len(self._held) >= _MAX_HELD:
                 raise ProtocolError(ErrorCode.INVALID_EVENT, "the call's messages match no known carrier")
             self._held.append(frame)
             return []
+        if carrier.name in self._signed_only:
+            # Its signature covers the upgrade of /telephony/<name>, which this path cannot check.
+            raise ProtocolError(
+                ErrorCode.UNAUTHORIZED, f"{carrier.name} streams must use /telephony/{carrier.name} (signed)"
+            )
         self.detected = carrier
         events: list[call.CallEvent] = []
         for held in [*self._held, frame]:

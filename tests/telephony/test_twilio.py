@@ -62,7 +62,7 @@ def test_outbound_messages_in_twilios_shapes() -> None:
         ('{"event":"media"}', ErrorCode.INVALID_EVENT),
         ('{"event":"media","media":{"payload":"***"}}', ErrorCode.INVALID_EVENT),
         ('{"event":"start","start":{"callSid":"CA1"}}', ErrorCode.INVALID_EVENT),
-        ('{"event":"start","start":{"streamSid":"MZ1","mediaFormat":{"encoding":"audio/x-l16"}}}', ErrorCode.INVALID_EVENT),
+        ('{"event":"start","start":{"streamSid":"MZ1","mediaFormat":{"encoding":"audio/x-l16"}}}', ErrorCode.UNSUPPORTED_AUDIO_FORMAT),
         ('{"event":"nonsense"}', ErrorCode.INVALID_EVENT),
     ],
 )
@@ -158,3 +158,11 @@ def test_no_interruption_when_turn_detection_does_not_interrupt() -> None:
     # A cancelled reply is cleared all the same.
     clear = d.render(ev.ResponseDone(response_id="r1", status="cancelled"), seq=4)
     assert clear is not None and json.loads(clear)["event"] == "clear"
+
+
+def test_a_call_in_a_format_the_gateway_cannot_take_is_ended() -> None:
+    d = CallDialect(TwilioCarrier())
+    start = json.loads(TwilioWire().greeting()[1])
+    start["start"]["mediaFormat"]["encoding"] = "audio/x-l16"
+    assert d.parse(json.dumps(start)) == [cmd.SessionClose(reason="unsupported_call_format")]
+    assert d.ended and d.start is None

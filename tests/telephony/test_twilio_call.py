@@ -12,7 +12,7 @@ from websockets.exceptions import InvalidStatus
 from tests.e2e.helpers import Gateway, GatewayFactory, decode, encode, ws_connect
 from tests.fixtures import load_speech as load_fixture_speech
 from tests.sdk_models import validate_server_event
-from tests.telephony.acceptance import observing, run_call
+from tests.telephony.acceptance import observing
 from tests.telephony.phone import Phone
 from tests.telephony.twilio_wire import CALL_SID, TwilioWire
 
@@ -40,21 +40,6 @@ async def test_a_call_is_answered_in_twilio_media(echo_gateway: Gateway) -> None
         assert len(reply) > 8_000  # over a second of the echo, μ-law at 8 kHz
         assert not phone.clears
         await phone.hang_up()
-
-
-@pytest.fixture(scope="module")
-def embedded_gateway(module_gateway_factory: GatewayFactory) -> Gateway:
-    return module_gateway_factory.start(
-        {"server": {"web_demo": False}, "engine": {"name": "embedded"}, "limits": {"max_sessions": 2}},
-        name="twilio-embedded",
-    )
-
-
-async def test_twilio_call_acceptance(embedded_gateway: Gateway) -> None:
-    await run_call(
-        embedded_gateway, "/telephony/twilio", TwilioWire(), CALL_SID, rate=8_000,
-        encode=lambda samples: encode(samples, "g711_ulaw"), decode=lambda data: decode(data, "g711_ulaw"),
-    )
 
 
 async def _speakerphone(phone: Phone, seconds: float, *, delay_ms: float = 150, gain: float = 0.4) -> None:

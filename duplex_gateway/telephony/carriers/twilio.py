@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from duplex_gateway.audio.format import AudioFormat, Encoding
+from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.transport import Frame
 
@@ -76,7 +77,9 @@ class TwilioCarrier:
             raise call.bad_message("a Twilio start message names no streamSid")
         fmt = start.get("mediaFormat")
         if isinstance(fmt, dict) and fmt.get("encoding") not in (None, "audio/x-mulaw"):
-            raise call.bad_message(f"Twilio media format {fmt.get('encoding')!r} is not audio/x-mulaw")
+            raise ProtocolError(
+                ErrorCode.UNSUPPORTED_AUDIO_FORMAT, f"Twilio media format {fmt.get('encoding')!r} is not audio/x-mulaw"
+            )
         params = start.get("customParameters")
         parameters = {str(k): str(v) for k, v in params.items()} if isinstance(params, dict) else {}
         return call.CallStart(
