@@ -9,6 +9,8 @@ and has not played) and, where the protocol has one, an in-band hang-up.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +34,9 @@ __all__ = [
     "Framing",
     "MarkPlayed",
     "bad_message",
+    "dump",
     "json_message",
+    "media_payload",
     "peek_json",
     "text_field",
 ]
@@ -174,6 +178,22 @@ def json_message(frame: Frame, carrier: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise bad_message(f"a {carrier} message must be a JSON object")
     return data
+
+
+def media_payload(media: Mapping[str, Any], carrier: str) -> bytes:
+    """The audio of a JSON media message's base64 ``payload``, or a ``ProtocolError``."""
+    payload = media.get("payload")
+    if not isinstance(payload, str):
+        raise bad_message(f"a {carrier} media message has no payload")
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad_message(f"a {carrier} media payload is not valid base64") from None
+
+
+def dump(message: Mapping[str, Any]) -> str:
+    """A control or media message as compact JSON text."""
+    return json.dumps(message, separators=(",", ":"))
 
 
 def peek_json(frame: Frame) -> dict[str, Any] | None:

@@ -12,8 +12,6 @@ echoed once the audio before them has played; the stream ends with ``stop``.
 from __future__ import annotations
 
 import base64
-import binascii
-import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -60,7 +58,7 @@ class ExotelCarrier:
             media = message.get("media")
             if not isinstance(media, dict):
                 raise call.bad_message("an Exotel media message has no 'media' object")
-            return [call.CallAudio(_payload(media))]
+            return [call.CallAudio(call.media_payload(media, "Exotel"))]
         if kind == "start":
             return [self._start(message)]
         if kind == "mark":
@@ -105,13 +103,13 @@ class ExotelCarrier:
         # One frame per piece: the playout cuts pieces of the framing above (3.2 to 4.8 KB), far
         # under Exotel's 100 KB maximum, so they need no further cutting here.
         payload = base64.b64encode(audio).decode("ascii")
-        return [_dump({"event": "media", "stream_sid": self.stream_sid, "media": {"payload": payload}})]
+        return [call.dump({"event": "media", "stream_sid": self.stream_sid, "media": {"payload": payload}})]
 
     def mark(self, name: str) -> Frame | None:
-        return _dump({"event": "mark", "stream_sid": self.stream_sid, "mark": {"name": name}})
+        return call.dump({"event": "mark", "stream_sid": self.stream_sid, "mark": {"name": name}})
 
     def clear(self) -> Frame | None:
-        return _dump({"event": "clear", "stream_sid": self.stream_sid})
+        return call.dump({"event": "clear", "stream_sid": self.stream_sid})
 
     def hangup(self) -> Frame | None:
         return None  # closing the socket ends the applet; the call flow goes on to the next one
@@ -141,16 +139,3 @@ def _format(media_format: object) -> AudioFormat:
         )
     return AudioFormat(encoding=Encoding.PCM16, rate=rate)
 
-
-def _payload(media: dict[str, Any]) -> bytes:
-    payload = media.get("payload")
-    if not isinstance(payload, str):
-        raise call.bad_message("an Exotel media message has no payload")
-    try:
-        return base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        raise call.bad_message("an Exotel media payload is not valid base64") from None
-
-
-def _dump(message: dict[str, Any]) -> str:
-    return json.dumps(message, separators=(",", ":"))

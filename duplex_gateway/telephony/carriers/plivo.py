@@ -12,7 +12,6 @@ it has played. ``clearAudio`` drops the audio Plivo holds and is answered by
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -99,13 +98,7 @@ class PlivoCarrier:
         )
 
     def _payload(self, media: dict[str, Any]) -> bytes:
-        payload = media.get("payload")
-        if not isinstance(payload, str):
-            raise call.bad_message("a Plivo media message has no payload")
-        try:
-            audio = base64.b64decode(payload, validate=True)
-        except (binascii.Error, ValueError):
-            raise call.bad_message("a Plivo media payload is not valid base64") from None
+        audio = call.media_payload(media, "Plivo")
         if self.format is not None and len(audio) % self.format.encoding.bytes_per_sample:
             raise call.bad_message(f"a Plivo media payload of {len(audio)} bytes is not whole samples")
         return audio
@@ -113,7 +106,7 @@ class PlivoCarrier:
     def media(self, audio: bytes) -> Sequence[Frame]:
         fmt = self.format or AudioFormat(encoding=Encoding.PCM16, rate=8_000)
         return [
-            _dump(
+            call.dump(
                 {
                     "event": "playAudio",
                     "streamId": self.stream_id,
@@ -127,10 +120,10 @@ class PlivoCarrier:
         ]
 
     def mark(self, name: str) -> Frame | None:
-        return _dump({"event": "checkpoint", "streamId": self.stream_id, "name": name})
+        return call.dump({"event": "checkpoint", "streamId": self.stream_id, "name": name})
 
     def clear(self) -> Frame | None:
-        return _dump({"event": "clearAudio", "streamId": self.stream_id})
+        return call.dump({"event": "clearAudio", "streamId": self.stream_id})
 
     def hangup(self) -> Frame | None:
         return (
@@ -219,7 +212,3 @@ def _first(parameters: Mapping[str, str], *keys: str) -> str | None:
         if parameters.get(key):
             return parameters[key]
     return None
-
-
-def _dump(message: dict[str, Any]) -> str:
-    return json.dumps(message, separators=(",", ":"))

@@ -14,9 +14,7 @@ messages.
 from __future__ import annotations
 
 import base64
-import binascii
 import importlib
-import json
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
 
@@ -121,7 +119,7 @@ class TelnyxCarrier:
             raise call.bad_message("a Telnyx media message has no 'media' object")
         track = media.get("track", "inbound")
         caller = track in ("inbound", "inbound_track")
-        payload = _payload(media) if caller else None  # only the caller's side is the caller
+        payload = call.media_payload(media, "Telnyx") if caller else None  # only the caller's side is the caller
         if payload and self._codec is not None and len(payload) % self._codec.sample_bytes:
             # Refused on arrival: once held for reordering, a bad frame would take good ones down with it.
             raise call.bad_message(f"a Telnyx media payload of {len(payload)} bytes is not whole samples")
@@ -170,13 +168,13 @@ class TelnyxCarrier:
     def media(self, audio: bytes) -> Sequence[Frame]:
         codec = self._codec
         payload = codec.encode(audio) if codec is not None else audio
-        return [_dump({"event": "media", "media": {"payload": base64.b64encode(payload).decode("ascii")}})]
+        return [call.dump({"event": "media", "media": {"payload": base64.b64encode(payload).decode("ascii")}})]
 
     def mark(self, name: str) -> Frame | None:
-        return _dump({"event": "mark", "mark": {"name": name}})
+        return call.dump({"event": "mark", "mark": {"name": name}})
 
     def clear(self) -> Frame | None:
-        return _dump({"event": "clear"})
+        return call.dump({"event": "clear"})
 
     def hangup(self) -> Frame | None:
         return None  # closing the stream ends a <Connect><Stream>; Call Control hangs up over REST
@@ -440,16 +438,3 @@ def _parameters(raw: Any) -> dict[str, str]:
         return {item["name"]: str(item.get("value", "")) for item in pairs}
     return {}
 
-
-def _payload(media: dict[str, Any]) -> bytes:
-    payload = media.get("payload")
-    if not isinstance(payload, str):
-        raise call.bad_message("a Telnyx media message has no payload")
-    try:
-        return base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        raise call.bad_message("a Telnyx media payload is not valid base64") from None
-
-
-def _dump(message: dict[str, Any]) -> str:
-    return json.dumps(message, separators=(",", ":"))

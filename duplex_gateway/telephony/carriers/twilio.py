@@ -9,8 +9,6 @@ mark at once (the playout's clear epoch tells those apart). ``sequenceNumber``,
 from __future__ import annotations
 
 import base64
-import binascii
-import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -51,7 +49,7 @@ class TwilioCarrier:
             track = media.get("track", "inbound")
             if track not in ("inbound", "inbound_track"):
                 return []  # only the caller's side is the caller
-            return [call.CallAudio(_payload(media))]
+            return [call.CallAudio(call.media_payload(media, "Twilio"))]
         if kind == "start":
             return [self._start(message)]
         if kind == "mark":
@@ -96,27 +94,14 @@ class TwilioCarrier:
 
     def media(self, audio: bytes) -> Sequence[Frame]:
         payload = base64.b64encode(audio).decode("ascii")
-        return [_dump({"event": "media", "streamSid": self.stream_sid, "media": {"payload": payload}})]
+        return [call.dump({"event": "media", "streamSid": self.stream_sid, "media": {"payload": payload}})]
 
     def mark(self, name: str) -> Frame | None:
-        return _dump({"event": "mark", "streamSid": self.stream_sid, "mark": {"name": name}})
+        return call.dump({"event": "mark", "streamSid": self.stream_sid, "mark": {"name": name}})
 
     def clear(self) -> Frame | None:
-        return _dump({"event": "clear", "streamSid": self.stream_sid})
+        return call.dump({"event": "clear", "streamSid": self.stream_sid})
 
     def hangup(self) -> Frame | None:
         return None  # closing the stream ends a <Connect><Stream> call
 
-
-def _payload(media: dict[str, Any]) -> bytes:
-    payload = media.get("payload")
-    if not isinstance(payload, str):
-        raise call.bad_message("a Twilio media message has no payload")
-    try:
-        return base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        raise call.bad_message("a Twilio media payload is not valid base64") from None
-
-
-def _dump(message: dict[str, Any]) -> str:
-    return json.dumps(message, separators=(",", ":"))

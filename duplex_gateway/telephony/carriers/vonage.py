@@ -115,10 +115,10 @@ class VonageCarrier:
         return frames
 
     def mark(self, name: str) -> Frame | None:
-        return _dump({"action": "notify", "payload": {"mark": name}})
+        return call.dump({"action": "notify", "payload": {"mark": name}})
 
     def clear(self) -> Frame | None:
-        return _dump({"action": "clear"})
+        return call.dump({"action": "clear"})
 
     def hangup(self) -> Frame | None:
         return None  # closing the socket ends the connect leg
@@ -165,7 +165,3 @@ def _first(parameters: Mapping[str, str], keys: Sequence[str]) -> str | None:
 def _text(value: object) -> str:
     """A header's value as text (an NCCO header may be any JSON value)."""
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-
-
-def _dump(message: dict[str, Any]) -> str:
-    return json.dumps(message, separators=(",", ":"))
