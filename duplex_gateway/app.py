@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import hmac
 import json
@@ -248,7 +250,14 @@ class _Gateway:
         auth = websocket.headers.get("authorization", "")
         if auth.lower().startswith("bearer "):
             presented.append(auth[7:].strip())
-        presented += [p[len(_KEY_PROTOCOL_PREFIX) :] for p in offered if p.startswith(_KEY_PROTOCOL_PREFIX)]
+        for token in (p[len(_KEY_PROTOCOL_PREFIX) :] for p in offered if p.startswith(_KEY_PROTOCOL_PREFIX)):
+            presented.append(token)
+            if token.startswith("b64."):
+                # A key a subprotocol token cannot carry (a space, "/", "=", non-ASCII), as the browser demo
+                # sends it: openai-insecure-api-key.b64.<base64url of its UTF-8, unpadded>.
+                with contextlib.suppress(binascii.Error, UnicodeDecodeError):
+                    data = token[4:] + "=" * (-len(token[4:]) % 4)
+                    presented.append(base64.urlsafe_b64decode(data).decode())
         if "api_key" in websocket.query_params:
             presented.append(websocket.query_params["api_key"])
         return any(hmac.compare_digest(p.encode(), k.encode()) for p in presented for k in keys)

@@ -20,6 +20,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to listen on, overriding server.host")
     serve.add_argument("--port", type=int, help="port to listen on, overriding server.port")
     serve.add_argument(
+        "--ssl-certfile",
+        metavar="FILE",
+        help="serve https/wss with this PEM certificate (chain), overriding server.ssl_certfile",
+    )
+    serve.add_argument(
+        "--ssl-keyfile", metavar="FILE", help="the certificate's private key (PEM), overriding server.ssl_keyfile"
+    )
+    serve.add_argument(
         "--node-id",
         help="this process's name behind a load balancer (session ids carry it), overriding server.node_id",
     )
@@ -81,6 +89,8 @@ def _call(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     import uvicorn
 
     from duplex_gateway.app import create_app
@@ -95,6 +105,8 @@ def _serve(args: argparse.Namespace) -> int:
                 "server.host": args.host,
                 "server.port": args.port,
                 "server.node_id": args.node_id,
+                "server.ssl_certfile": args.ssl_certfile,
+                "server.ssl_keyfile": args.ssl_keyfile,
                 "engine.vllm_omni.model": args.model,
                 "engine.vllm_omni.deploy_config": args.deploy_config,
                 "engine.vllm_omni.omni_factory": args.omni_factory,
@@ -107,6 +119,13 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"duplex-gateway: {exc}", file=sys.stderr)
         return 2
     server = settings.server
+    if server.ssl_keyfile and not server.ssl_certfile:
+        print("duplex-gateway: server.ssl_keyfile needs server.ssl_certfile (--ssl-certfile)", file=sys.stderr)
+        return 2
+    for name in ("ssl_certfile", "ssl_keyfile"):
+        if (path := getattr(server, name)) and not Path(path).is_file():
+            print(f"duplex-gateway: server.{name}: no such file: {path}", file=sys.stderr)
+            return 2
     logging.basicConfig(level=server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         app = create_app(settings, engine)
@@ -133,6 +152,8 @@ def _serve(args: argparse.Namespace) -> int:
         ws_ping_timeout=server.ws_ping_timeout_s,
         ws_per_message_deflate=server.ws_per_message_deflate,
         log_level=server.log_level,
+        ssl_certfile=server.ssl_certfile,
+        ssl_keyfile=server.ssl_keyfile,
         timeout_graceful_shutdown=5,
     )
     GatewayServer(config).run()

@@ -60,6 +60,10 @@ class ServerSettings(_Section):
     #: ``sess_<node_id>_<hex>``, so the balancer can send a resuming client to the process that holds
     #: its session (docs/scaling.md). Letters, digits and ``-`` only; null: ``sess_<hex>``.
     node_id: str | None = Field(None, pattern=r"^[A-Za-z0-9-]{1,32}$")
+    #: Serve https/wss with this PEM certificate (chain) and private key (uvicorn's ``--ssl-certfile`` /
+    #: ``--ssl-keyfile``): browsers give the demo page a microphone only in a secure context.
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
 
 
 #: The most audio one ``input_audio_buffer.append`` may carry, as OpenAI's Realtime API allows.

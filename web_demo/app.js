@@ -105,6 +105,7 @@ const stats = {
   audioMsSent: 0,
   reconnects: 0,
   resumes: 0,
+  retryInS: null, // seconds left before the next automatic retry (the countdown shown)
 };
 const errors = [];
 const recentEvents = [];
@@ -380,8 +381,8 @@ function onResponseDone(ev) {
 function onError(ev) {
   const e = ev.error || {};
   errors.push(e);
-  console.warn(`gateway error ${e.code}: ${e.message}`);
-  notice(`${e.code || 'error'}: ${e.message || ''}`);
+  console.warn(client.redact(`gateway error ${e.code}: ${e.message}`));
+  notice(`The gateway reported an error: ${quoteServer(e.message || e.code || 'error')} (${e.code || 'error'}).`);
   // Our session.update was refused: carry on with the session as it was.
   if (pendingUpdateId && e.event_id === pendingUpdateId) {
     pendingUpdateId = null;
@@ -475,7 +476,7 @@ const HANDLERS = {
   'response.output_text.done': transcriptDone,
   'response.text.done': transcriptDone,
   'response.done': onResponseDone,
-  'session.closed': (ev) => notice(`session closed: ${ev.reason || ''}`),
+  'session.closed': (ev) => notice(`The gateway closed the session${ev.reason ? `: ${quoteServer(ev.reason)}` : ''}.`),
   error: onError,
 };
 
@@ -547,30 +548,122 @@ async function interruptPlayback(reason) {
 
 const STATE_TEXT = {
   idle: () => 'Disconnected',
-  connecting: () => 'Connecting…',
+  connecting: (d) => (d.attempt ? 'Trying again…' : 'Connecting…'),
   resuming: () => 'Resuming session…',
   connected: (d) => (d.resumed ? 'Connected · resumed' : 'Connected'),
-  reconnecting: (d) =>
-    `Reconnecting in ${(d.delayMs / 1000).toFixed(1)} s (attempt ${d.attempt})${d.resume ? '' : ' · new session'}`,
-  closed: (d) => `Closed: ${d.reason || d.code}`,
-  failed: (d) => `Failed: ${d.reason}`,
+  reconnecting: (d) => (d.hadSession ? 'Reconnecting…' : 'Not connected'),
+  closed: () => 'Closed by the gateway',
+  failed: (d) => (d.problem === 'lost' ? 'Connection lost' : 'Not connected'),
 };
 
+/** Server text, quoted and with the API key masked (the page never shows the key). */
+function quoteServer(text) {
+  return `“${client.redact(String(text).slice(0, 300))}”`;
+}
+
+/** The close code, its reason and the last `error` event, in the gateway's own words. */
+function serverWords(d) {
+  const said = d.error?.message ? `The gateway said ${quoteServer(d.error.message)}` : 'The gateway closed the connection';
+  const reason = d.reason && d.reason !== d.error?.message ? `: ${client.redact(d.reason)}` : '';
+  return `${said} (close code ${d.code}${reason}).`;
+}
+
+/** What a close by the gateway means for the user, and what to do about it. */
+function closeAdvice(d) {
+  const code = d.error?.code || d.reason;
+  if (code === 'unauthorized' || code === 'invalid_api_key' || d.code === 1008) {
+    return 'The gateway refused the connection: check the API key (Settings › API key), then press Connect.';
+  }
+  if (code === 'session_limit' || (d.code === 1013 && code !== 'engine_unavailable')) {
+    return 'The gateway is full, try again later.';
+  }
+  if (code === 'engine_unavailable') return 'The gateway’s speech engine is not ready, try again later.';
+  const byCode = {
+    1000: 'The gateway ended the session. Press Connect to start a new one.',
+    1009: 'The gateway closed the connection because a message was too large.',
+    4000: 'The session ended after a long time without any audio (idle timeout). Press Connect to start a new one.',
+    4001: 'The session reached its maximum length. Press Connect to start a new one.',
+    4002: 'The connection was too slow to keep up with the gateway. Press Connect to try again.',
+    4003: 'The speech engine ended the session. Press Connect to start a new one.',
+  };
+  return byCode[d.code] || 'The gateway closed the connection.';
+}
+
+const unreachable = (d) =>
+  `Cannot reach the gateway at ${d.url || 'the Gateway URL'}: check the Gateway URL in Settings and that the gateway is running.`;
+
+/** The status line's text (and kind) for a connection state; null: leave it as it is. */
+function connectionStatus(state, d) {
+  switch (state) {
+    case 'idle':
+    case 'connected':
+      return { text: '' };
+    case 'connecting':
+    case 'resuming':
+      return null;
+    case 'reconnecting': {
+      let lead;
+      if (d.hadSession) {
+        const what = d.resume ? 'resuming the session' : 'starting a new session';
+        const why = d.reason ? `close code ${d.code}: ${client.redact(d.reason)}` : `close code ${d.code}`;
+        lead = `Connection lost (${why}); ${what}.`;
+      } else if (d.opened) {
+        lead = `${serverWords(d)} No session was started.`;
+      } else {
+        lead = unreachable(d);
+      }
+      return { text: lead, kind: 'warn', retry: d };
+    }
+    case 'closed':
+      return { text: `${closeAdvice(d)} ${serverWords(d)}`, kind: 'error' };
+    case 'failed':
+      if (d.problem === 'invalid_url') {
+        return { text: 'The Gateway URL is not a valid ws:// or wss:// URL: correct it in Settings, then press Connect.', kind: 'error' };
+      }
+      if (d.problem === 'insecure_url') {
+        return { text: 'This page was loaded over https, so it can only connect to wss:// URLs: correct the Gateway URL in Settings.', kind: 'error' };
+      }
+      if (d.problem === 'lost') {
+        return { text: `Connection lost, and the gateway could not be reached again (${d.attempts} attempts). Press Retry to start a new session.`, kind: 'error' };
+      }
+      return {
+        text: d.opened ? `${serverWords(d)} No session was started; gave up after ${d.attempts} attempts.` : `${unreachable(d)} Gave up after ${d.attempts} attempts.`,
+        kind: 'error',
+      };
+    default:
+      return null;
+  }
+}
+
+let retryPlan = null; // {at, attempt, retries} while an automatic retry is scheduled
+
 function onState(state, detail) {
+  const d = detail || {};
   stats.state = state;
   stats.reconnects = client.reconnects;
   $('conn').dataset.state = state;
-  $('conn-text').textContent = STATE_TEXT[state](detail || {});
+  $('conn-text').textContent = STATE_TEXT[state](d);
   if (state !== 'connected') streaming = false;
-  if (state === 'reconnecting' && detail.code !== undefined) {
-    notice(`Connection lost (code ${detail.code}); reconnecting…`);
-  }
-  if (state === 'connected') notice('');
-  if (state === 'closed' || state === 'failed') {
-    notice(STATE_TEXT[state](detail || {}));
-    void stopAudio();
-  }
+  retryPlan = state === 'reconnecting' ? { at: d.retryAt, attempt: d.attempt, retries: d.retries } : null;
+  const status = connectionStatus(state, d);
+  if (status) notice(status.text, status.kind);
+  if ((state === 'connecting' || state === 'resuming') && d.attempt) $('countdown').textContent = 'Trying again now…';
+  renderCountdown();
+  if (state === 'closed' || state === 'failed') void stopAudio();
   updateControls();
+}
+
+/** The retry countdown, in whole seconds, counting down to the next attempt. */
+function renderCountdown() {
+  const el = $('countdown');
+  if (!retryPlan) {
+    stats.retryInS = null;
+    if (client.state !== 'connecting' && client.state !== 'resuming') el.textContent = '';
+    return;
+  }
+  const seconds = Math.max(0, Math.ceil((retryPlan.at - performance.now()) / 1000));
+  stats.retryInS = seconds;
+  el.textContent = `Retrying in ${seconds} s (attempt ${retryPlan.attempt + 1} of ${retryPlan.retries + 1}).`;
 }
 
 function updateControls() {
@@ -579,16 +672,60 @@ function updateControls() {
   const button = $('connect');
   button.textContent = live ? 'Disconnect' : 'Connect';
   button.classList.toggle('connected', live);
+  button.disabled = Boolean(insecureContext);
+  const retry = $('retry');
+  retry.hidden = !(client.state === 'reconnecting' || client.state === 'closed' || client.state === 'failed');
+  retry.textContent = client.state === 'reconnecting' ? 'Retry now' : 'Retry';
   $('mute').disabled = !ready;
   $('barge').disabled = !ready;
   $('commit').disabled = !ready;
   $('respond').disabled = !ready;
 }
 
-function notice(text) {
-  const el = $('notice');
-  el.textContent = text;
-  el.hidden = !text;
+/** The status line next to Connect: what happened and what to do ('' hides it). */
+function notice(text, kind = 'error') {
+  $('notice-text').textContent = client.redact(text);
+  $('notice').dataset.kind = kind;
+  $('status-bar').hidden = !text;
+  if (!text) $('countdown').textContent = '';
+}
+
+/** Why this page cannot use the microphone here, or null. Checked once, on load. */
+function insecureContextProblem() {
+  const port = location.port || (location.protocol === 'https:' ? '443' : '80');
+  if (!window.isSecureContext) {
+    const local = `http://localhost:${port}/`;
+    return (
+      `The browser allows the microphone only on secure pages, and ${location.origin} is not one. ` +
+      `Open the demo over https (start the gateway with --ssl-certfile and --ssl-keyfile), ` +
+      `as ${local} or http://127.0.0.1:${port}/ on the gateway's own machine, ` +
+      `or through an SSH tunnel: run ssh -L ${port}:localhost:${port} ${location.hostname} here, then open ${local}.`
+    );
+  }
+  if (!navigator.mediaDevices?.getUserMedia || typeof AudioWorkletNode === 'undefined') {
+    return 'This browser offers no microphone access or no AudioWorklet: use a current Chrome, Edge, Firefox or Safari.';
+  }
+  return null;
+}
+
+const insecureContext = insecureContextProblem();
+
+/** A getUserMedia / AudioContext failure, in words that say the fix. */
+function microphoneProblem(err) {
+  switch (err?.name) {
+    case 'NotAllowedError':
+    case 'SecurityError':
+      return 'The browser blocked the microphone: allow the microphone for this page (the icon at the left of the address bar, or the site settings), then press Connect.';
+    case 'NotFoundError':
+      return 'No microphone found: connect one (or pick another in Settings), then press Connect.';
+    case 'NotReadableError':
+    case 'AbortError':
+      return 'The microphone could not be opened: another application may be using it. Close it, then press Connect.';
+    case 'OverconstrainedError':
+      return 'The chosen microphone is not available any more: pick another in Settings, then press Connect.';
+    default:
+      return `The microphone or audio output could not be started (${err?.name || 'error'}: ${err?.message || err}).`;
+  }
 }
 
 async function refreshDevices() {
@@ -622,6 +759,7 @@ async function toggleConnection() {
     await stopAudio();
     return;
   }
+  if (insecureContext) return;
   saveSettings();
   notice('');
   const s = readSettings();
@@ -634,7 +772,7 @@ async function toggleConnection() {
       targetMs: jitter.targetMs,
     });
   } catch (err) {
-    notice(`Microphone unavailable: ${err.message}`);
+    notice(microphoneProblem(err));
     await stopAudio();
     return;
   }
@@ -679,6 +817,10 @@ function renderStats() {
 
 initSettingsForm();
 $('connect').addEventListener('click', () => void toggleConnection());
+$('retry').addEventListener('click', () => {
+  if (client.state === 'reconnecting') client.retryNow();
+  else void toggleConnection();
+});
 $('mute').addEventListener('click', () => {
   muted = !muted;
   $('mute').setAttribute('aria-pressed', String(muted));
@@ -692,7 +834,7 @@ $('device').addEventListener('change', async () => {
   try {
     await audio.setDevice($('device').value);
   } catch (err) {
-    notice(`Could not switch microphone: ${err.message}`);
+    notice(`Could not switch to that microphone. ${microphoneProblem(err)}`);
   }
 });
 form.addEventListener('submit', (event) => {
@@ -702,4 +844,15 @@ form.addEventListener('submit', (event) => {
 });
 navigator.mediaDevices?.addEventListener?.('devicechange', () => void refreshDevices());
 setInterval(renderStats, 250);
+setInterval(renderCountdown, 200);
+if (insecureContext) notice(insecureContext);
+else {
+  // A microphone already blocked for this site: say so before Connect fails.
+  navigator.permissions
+    ?.query({ name: 'microphone' })
+    .then((p) => {
+      if (p.state === 'denied' && client.state === 'idle') notice(microphoneProblem({ name: 'NotAllowedError' }));
+    })
+    .catch(() => {});
+}
 updateControls();

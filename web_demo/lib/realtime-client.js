@@ -11,22 +11,54 @@
 // turned off) we fall back to a fresh session — the caller loses the
 // conversation context, not the call.
 //
+// Only a connection that carried a session is resumed. A gateway that was never
+// reached (wrong URL, nothing listening) is retried a few times with a visible
+// backoff, then left alone; a gateway's own verdict (1000, 1008 unauthorized,
+// 1009, 1013 full, 4xxx) is never retried as if the network had dropped: the
+// page shows the close reason and the last `error` event's message instead.
+//
 // Browsers cannot set headers on a WebSocket, so the API key travels as a
 // subprotocol, as openai-node does: ["realtime", "openai-insecure-api-key.<key>"].
+// A subprotocol must be an HTTP token, so a key with other characters (a space,
+// "/", "=") travels base64url-encoded: "openai-insecure-api-key.b64.<base64url>".
 
 const MIN_BACKOFF_MS = 500;
 const MAX_BACKOFF_MS = 10000;
 const OPEN_TIMEOUT_MS = 10000;
+// Retries before giving up: few for a gateway never reached (a wrong URL does
+// not fix itself), more to get back to a session that existed (a Wi-Fi hiccup does).
+const RETRIES_UNREACHED = 3;
+const RETRIES_SESSION = 6;
+const FIRST_BACKOFF_UNREACHED_MS = 1000;
 
-// Close codes after which retrying cannot help (or the server asked us to stop).
-const FINAL_CLOSE_CODES = new Map([
-  [1000, 'closed by the gateway'],
-  [1008, 'authentication failed'],
-  [4000, 'closed for inactivity'],
-]);
-// Close codes that end the session itself (gateway shutting down, maximum
-// duration, engine gone): reconnect, but to a fresh session.
-const SESSION_OVER_CODES = new Set([1001, 4001, 4003]);
+// Close codes with which the gateway ends the connection for a reason a retry
+// cannot fix at once; every 4xxx the gateway sends is one too.
+const FINAL_CLOSE_CODES = new Set([1000, 1008, 1009, 1013]);
+// Close codes that end the session itself (gateway shutting down): reconnect,
+// but to a fresh session.
+const SESSION_OVER_CODES = new Set([1001]);
+
+const KEY_PROTOCOL = 'openai-insecure-api-key.';
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+
+/** The subprotocol that carries `key`: as is when it is a valid token, else base64url-encoded. */
+export function keyProtocol(key) {
+  if (TOKEN.test(key)) return KEY_PROTOCOL + key;
+  let binary = '';
+  for (const byte of new TextEncoder().encode(key)) binary += String.fromCharCode(byte);
+  const b64url = btoa(binary).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+  return `${KEY_PROTOCOL}b64.${b64url}`;
+}
+
+/** The URL without its query and credentials, fit to show (a key may ride in `?api_key=`). */
+export function displayUrl(url) {
+  try {
+    const u = new URL(url);
+    return `${u.protocol}//${u.host}${u.pathname}`;
+  } catch {
+    return '(invalid URL)';
+  }
+}
 
 export class RealtimeClient {
   /**
@@ -57,6 +89,9 @@ export class RealtimeClient {
     this.sent = {}; // client event type -> count (exposed for tests)
     this.reconnects = 0;
     this.resumes = 0;
+    this.hadSession = false; // a session existed since connect(): only then is a drop resumed
+    this.lastError = null; // the last `error` event on the current socket ({code, message})
+    this.retry = null; // the scheduled retry: {at, resume}
   }
 
   get ready() {
@@ -66,13 +101,21 @@ export class RealtimeClient {
   connect() {
     this.wanted = true;
     this.attempt = 0;
+    this.hadSession = false;
     this.forgetSession();
     this.open(false);
+  }
+
+  /** Skip the rest of the backoff: retry now. */
+  retryNow() {
+    if (this.state !== 'reconnecting' || !this.retry) return;
+    this.open(this.retry.resume);
   }
 
   disconnect() {
     this.wanted = false;
     clearTimeout(this.retryTimer);
+    this.retry = null;
     const ws = this.ws;
     this.ws = null;
     if (ws && ws.readyState === WebSocket.OPEN) {
@@ -120,30 +163,57 @@ export class RealtimeClient {
     return url.toString();
   }
 
+  /** Mask the API key (as typed and as sent) wherever `text` might carry it. */
+  redact(text) {
+    let out = String(text ?? '');
+    const key = this.apiKey().trim();
+    if (!key) return out;
+    for (const secret of [keyProtocol(key).slice(KEY_PROTOCOL.length), encodeURIComponent(key), key]) {
+      if (secret.length >= 3) out = out.split(secret).join('•••');
+    }
+    return out;
+  }
+
   open(resume) {
     clearTimeout(this.retryTimer);
+    this.retry = null;
     const protocols = ['realtime'];
     const key = this.apiKey().trim();
-    if (key) protocols.push(`openai-insecure-api-key.${key}`);
+    if (key) protocols.push(keyProtocol(key));
     let ws;
+    let url;
     try {
-      ws = new WebSocket(this.socketUrl(resume), protocols);
+      url = this.socketUrl(resume);
+      ws = new WebSocket(url, protocols);
     } catch (err) {
-      // A malformed URL or a key with characters a subprotocol cannot carry.
+      // A malformed URL, a scheme other than ws(s), or ws:// from an https page.
+      // The exception's own text may quote the URL or the key: never shown.
       this.wanted = false;
-      this.setState('failed', { reason: err.message });
+      const problem = err?.name === 'SecurityError' ? 'insecure_url' : 'invalid_url';
+      this.setState('failed', { problem, url: url ? displayUrl(url) : '' });
       return;
     }
     this.ws = ws;
     this.resuming = resume;
     this.ignoreResumeError = false;
-    this.setState(resume ? 'resuming' : 'connecting', { attempt: this.attempt });
+    this.lastError = null;
+    let opened = false;
+    // A close this page asked for (its open timeout, a test simulating a drop) is
+    // not the gateway's verdict, whatever code it carries: count it as a drop.
+    let closedHere = false;
+    const close = ws.close.bind(ws);
+    ws.close = (...args) => {
+      closedHere = true;
+      close(...args);
+    };
+    this.setState(resume ? 'resuming' : 'connecting', { attempt: this.attempt, url: displayUrl(url) });
     const openTimer = setTimeout(() => {
       if (ws.readyState === WebSocket.CONNECTING) ws.close();
     }, OPEN_TIMEOUT_MS);
 
     ws.onopen = () => {
       clearTimeout(openTimer);
+      opened = true;
       if (resume) {
         this.resumeEventId = `evt_resume_${this.reconnects}`;
         this.send(
@@ -169,11 +239,11 @@ export class RealtimeClient {
       }
       this.receive(ws, event);
     };
-    ws.onclose = (close) => {
+    ws.onclose = (event) => {
       clearTimeout(openTimer);
       if (ws !== this.ws) return;
       this.ws = null;
-      this.closed(close);
+      this.closed(event, { opened, closedHere, url: displayUrl(url) });
     };
     ws.onerror = () => {
       // Always followed by a close event, which carries what we need.
@@ -191,6 +261,7 @@ export class RealtimeClient {
       this.resumeToken = event.resume_token || null;
       this.lastSeq = typeof seq === 'number' ? seq : 0;
       this.attempt = 0;
+      this.hadSession = true;
       this.setState('connected', { sessionId: this.sessionId });
       this.onSession({ resumed: false, event });
       this.onEvent(event);
@@ -201,6 +272,7 @@ export class RealtimeClient {
       this.resumeToken = event.resume_token || null;
       this.sessionId = event.session_id || event.session?.id || this.sessionId;
       this.attempt = 0;
+      this.hadSession = true;
       this.resumes += 1;
       // session.resumed is not journaled; the replay that follows starts after lastSeq.
       this.setState('connected', { sessionId: this.sessionId, resumed: true });
@@ -229,6 +301,7 @@ export class RealtimeClient {
       if (seq <= this.lastSeq) return; // replayed twice; already handled
       this.lastSeq = seq;
     }
+    if (type === 'error') this.lastError = { code: event.error?.code ?? null, message: event.error?.message ?? '' };
     this.onEvent(event);
   }
 
@@ -249,27 +322,51 @@ export class RealtimeClient {
     return /resume/i.test(`${error.code} ${error.param} ${error.message}`);
   }
 
-  closed(close) {
+  closed(close, { opened, closedHere, url }) {
     this.resuming = false;
     if (!this.wanted) {
       this.setState('idle', {});
       return;
     }
-    const final = FINAL_CLOSE_CODES.get(close.code);
-    if (final) {
+    const detail = {
+      code: close.code,
+      reason: close.reason || '',
+      error: this.lastError,
+      opened,
+      hadSession: this.hadSession,
+      url,
+    };
+    const verdict = !closedHere && (FINAL_CLOSE_CODES.has(close.code) || (close.code >= 4000 && close.code <= 4999));
+    if (verdict) {
       this.wanted = false;
       this.forgetSession();
-      this.setState('closed', { code: close.code, reason: close.reason || final });
+      this.setState('closed', detail);
       return;
     }
     if (SESSION_OVER_CODES.has(close.code)) this.forgetSession();
+    const retries = this.hadSession ? RETRIES_SESSION : RETRIES_UNREACHED;
+    if (this.attempt >= retries) {
+      this.wanted = false;
+      this.forgetSession();
+      this.setState('failed', { ...detail, problem: this.hadSession ? 'lost' : 'unreachable', attempts: this.attempt + 1 });
+      return;
+    }
     // Exponential backoff with jitter, so a restarted gateway is not hit by every client at once.
-    const base = Math.min(MAX_BACKOFF_MS, MIN_BACKOFF_MS * 2 ** this.attempt);
+    const first = this.hadSession ? MIN_BACKOFF_MS : FIRST_BACKOFF_UNREACHED_MS;
+    const base = Math.min(MAX_BACKOFF_MS, first * 2 ** this.attempt);
     const delay = Math.round(base * (0.8 + 0.4 * Math.random()));
     this.attempt += 1;
     this.reconnects += 1;
     const resume = Boolean(this.sessionId && this.resumeToken);
-    this.setState('reconnecting', { code: close.code, delayMs: delay, attempt: this.attempt, resume });
+    this.retry = { at: performance.now() + delay, resume };
+    this.setState('reconnecting', {
+      ...detail,
+      delayMs: delay,
+      retryAt: this.retry.at,
+      attempt: this.attempt,
+      retries,
+      resume,
+    });
     this.retryTimer = setTimeout(() => this.open(resume), delay);
   }
 }
