@@ -5,7 +5,7 @@
 // events all degrade gracefully).
 
 import { AudioIO, listMicrophones } from './lib/audio.js';
-import { FORMATS, base64ToBytes, bytesToBase64, decode, formatName } from './lib/codecs.js';
+import { FORMATS, base64ToBytes, bytesToBase64, decode, encode, formatName } from './lib/codecs.js';
 import { ConversationView } from './lib/conversation.js';
 import { JitterEstimator } from './lib/jitter.js';
 import { CaptureClock, LatencyTracker } from './lib/latency.js';
@@ -46,12 +46,40 @@ function initSettingsForm() {
   } catch {
     saved = {};
   }
+  if (saved.voice) fillVoices([saved.voice], saved.voice);
   for (const [name, value] of Object.entries(saved)) {
     const field = form.elements.namedItem(name);
     if (field && name !== 'apiKey' && name !== 'device') field.value = value;
   }
   $('api-key').value = sessionStorage.getItem(`${STORAGE_KEY}:key`) || '';
-  form.classList.toggle('no-vad', $('turn').value === 'none');
+  for (const dir of ['in', 'out']) fitRateToFormat(dir);
+  syncVadFields();
+}
+
+const isG711 = (name) => name === 'g711_ulaw' || name === 'g711_alaw';
+
+/** G.711 is narrowband: choosing it switches its rate to 8 kHz (and back to 24 kHz when leaving it). */
+function fitRateToFormat(dir, changed = false) {
+  const g711 = isG711($(`${dir}-format`).value);
+  const rate = $(`${dir}-rate`);
+  for (const opt of rate.options) opt.disabled = g711 && opt.value !== '8000';
+  if (g711) rate.value = '8000';
+  else if (changed && rate.value === '8000') rate.value = '24000';
+}
+
+/** Push-to-talk has no VAD: its fields are disabled, not just greyed. */
+function syncVadFields() {
+  const ptt = $('turn').value === 'none';
+  form.classList.toggle('no-vad', ptt);
+  for (const id of ['threshold', 'silence']) $(id).disabled = ptt;
+}
+
+/** The Voice picker offers what the engine announced (session.capabilities.voices). */
+function fillVoices(voices, preferred) {
+  const select = $('voice');
+  const current = preferred ?? select.value;
+  const list = voices.length ? voices : ['default'];
+  fillSelect(select, list.map((v) => [v, v]), list.includes(current) ? current : list[0]);
 }
 
 function readSettings() {
@@ -63,7 +91,7 @@ function readSettings() {
     url: $('url').value.trim() || '/v1/realtime',
     apiKey: $('api-key').value,
     device: $('device').value,
-    voice: $('voice').value.trim() || 'default',
+    voice: $('voice').value || 'default',
     turn: $('turn').value,
     threshold: Math.min(0.95, Math.max(0.05, num('threshold', 0.5))),
     silence: Math.round(num('silence', 500)),
@@ -110,10 +138,24 @@ const stats = {
 const errors = [];
 const recentEvents = [];
 
+/** Per-session counters start from zero with every new session (not on resume). */
+const PER_SESSION = {
+  samplesPlayed: 0, bufferedMs: 0, underruns: 0, flushes: 0, truncatesSent: 0, acksSent: 0,
+  responses: 0, responsesCancelled: 0, turns: 0, lastLatencyMs: null, medianLatencyMs: null,
+  framesSent: 0, audioMsSent: 0, heartbeatsSent: 0, silentFramesSent: 0,
+};
+Object.assign(stats, PER_SESSION);
+// The playback worklet counts from its own start; these are its counts at the last reset.
+const playbackBase = { samplesPlayed: 0, underruns: 0 };
+let playbackLast = { samplesPlayed: 0, underruns: 0 };
+
 let session = null; // what the gateway says the session is (see readSession)
 let streaming = false; // mic frames go to the gateway (off while a session.update is in flight)
 let muted = false;
+let talking = false; // push-to-talk: the Talk button is pressed (the mic goes out only then)
+let lastSentAt = 0; // performance.now() of the last audio frame sent (for the heartbeat)
 let sessionsSeen = 0;
+let appliedConnection = null; // {url, apiKey} the current connection was opened with
 let uncommittedMs = 0; // audio sent since the last commit (push-to-talk)
 let committedMs = null; // audio in the turn our last commit ended
 let updateCount = 0;
@@ -156,6 +198,12 @@ window.__demo = {
   turns: () => latency.turns.map(({ id, totalMs, parts, how }) => ({ id, totalMs, parts, how })),
   client,
   audio,
+  get muted() {
+    return muted;
+  },
+  get talking() {
+    return talking;
+  },
 };
 
 // ---------------------------------------------------------------------------
@@ -230,19 +278,24 @@ function adoptSession(s) {
   applySession();
 }
 
+let pttMode = false; // the live session has no turn detection (push-to-talk)
+
 /** Point capture, playback and the UI at `session`, and let the mic stream. */
 function applySession() {
   audio.configureCapture({ ...session.input, frameMs: readSettings().frameMs });
   audio.setOutputRate(session.output.rate);
-  const voices = $('voices');
-  if (session.voices.length) {
-    voices.replaceChildren(
-      ...session.voices.map((v) => Object.assign(document.createElement('option'), { value: v })),
-    );
-  }
+  if (session.voices.length) fillVoices(session.voices, session.voice);
   const td = session.turnDetection;
   const ptt = td === null;
+  if (ptt !== pttMode) {
+    // The mode changed under a turn in progress: nothing will end it now.
+    pttMode = ptt;
+    setTalking(false);
+    setSpeaking(false);
+    view.settlePartials();
+  }
   $('ptt').hidden = !ptt;
+  $('ptt-hint').hidden = !ptt;
   const fmt = (f) => `${f.format} ${f.rate / 1000} kHz`;
   $('session-info').textContent = [
     session.engine && `engine ${session.engine}`,
@@ -271,22 +324,50 @@ function onSession({ resumed, event }) {
   responses.clear();
   activeResponseId = null;
   captureClock.reset();
-  latency.reset();
+  resetCounters();
   speechStartMs.clear();
   uncommittedMs = 0;
+  committedMs = null;
+  setSpeaking(false);
+  view.settlePartials();
   session = readSession(event.session || {});
+  // Offer the engine's voices before asking for one of them.
+  if (session.voices.length) fillVoices(session.voices);
   sendSessionUpdate();
+}
+
+/** Every per-session counter and the latency panel back to zero (a new session). */
+function resetCounters() {
+  Object.assign(stats, PER_SESSION);
+  Object.assign(playbackBase, playbackLast);
+  latency.reset();
+  latency.turns.length = 0;
+  latency.count = 0;
+  renderLatency({ value: $('latency-value'), median: $('latency-median'), timeline: $('timeline') }, latency.turns);
+  renderStats();
 }
 
 // ---------------------------------------------------------------------------
 // Microphone -> gateway
 
 function onFrame(frame) {
-  showLevel(frame.rms);
-  if (!streaming || muted || !client.ready || !session) return;
+  // Muted, or push-to-talk without Talk pressed: the meter shows nothing goes out.
+  const silent = muted || (pttMode && !talking);
+  showLevel(silent ? 0 : frame.rms);
+  if (!streaming || !client.ready || !session) return;
   // A frame cut before a reconfiguration reached the worklet: drop it.
   if (frame.rate !== session.input.rate || frame.format !== session.input.format) return;
-  client.send({ type: 'input_audio_buffer.append', audio: bytesToBase64(frame.bytes) });
+  // Push-to-talk streams only while talking (the heartbeat keeps the session alive).
+  if (pttMode && !talking) return;
+  let bytes = frame.bytes;
+  if (muted) {
+    // Silence, not nothing: the gateway's VAD ends a turn cut by the mute, and
+    // the session sees activity (no idle timeout) for as long as it stays muted.
+    bytes = encode(new Float32Array(frame.samples), frame.format);
+    stats.silentFramesSent += 1;
+  }
+  client.send({ type: 'input_audio_buffer.append', audio: bytesToBase64(bytes) });
+  lastSentAt = performance.now();
   const ms = (frame.samples * 1000) / frame.rate;
   captureClock.sent(ms, frame.endTime);
   uncommittedMs += ms;
@@ -386,12 +467,16 @@ function onError(ev) {
   // Our session.update was refused: carry on with the session as it was.
   if (pendingUpdateId && e.event_id === pendingUpdateId) {
     pendingUpdateId = null;
+    if (applyPending) {
+      applyPending = false;
+      settingsStatus(`Saved, but the gateway refused to apply it: ${quoteServer(e.message || e.code || 'error')}.`, 'error');
+    }
     if (session && client.ready) applySession();
   }
 }
 
 function setSpeaking(on) {
-  $('speaking').textContent = on ? 'speaking…' : '';
+  $('speaking').textContent = on && !muted && !(pttMode && !talking) ? 'speaking…' : '';
 }
 
 const transcriptDelta = (ev) => view.assistantDelta(ev.item_id, ev.delta || '');
@@ -412,9 +497,14 @@ function onItem(ev) {
 
 const HANDLERS = {
   'session.updated': (ev) => {
+    const ours = pendingUpdateId !== null;
     pendingUpdateId = null;
     notice('');
     adoptSession(ev.session || {});
+    if (ours && applyPending) {
+      applyPending = false;
+      settingsStatus(`Saved and applied to the live session.${reconnectNote()}`);
+    }
   },
   'input_audio_buffer.speech_started': (ev) => {
     setSpeaking(true);
@@ -451,7 +541,17 @@ const HANDLERS = {
   'conversation.item.input_audio_transcription.delta': (ev) => view.callerPartial(ev.item_id, ev.delta || ''),
   'conversation.item.input_audio_transcription.completed': (ev) => view.callerFinal(ev.item_id, ev.transcript),
   'conversation.item.input_audio_transcription.failed': (ev) => view.callerFinal(ev.item_id, ''),
-  'conversation.item.truncated': (ev) => view.interrupted(ev.item_id, ev.audio_end_ms),
+  'conversation.item.truncated': (ev) => {
+    view.interrupted(ev.item_id, ev.audio_end_ms);
+    // The gateway now keeps only the words whose audio was heard: show those.
+    client.send({ type: 'conversation.item.retrieve', item_id: ev.item_id });
+  },
+  'conversation.item.retrieved': (ev) => {
+    const item = ev.item || {};
+    if (item.role !== 'assistant' || !item.id) return;
+    const part = (item.content || [])[0] || {};
+    view.heard(item.id, part.transcript ?? part.text ?? '');
+  },
   'response.created': (ev) => {
     const id = ev.response_id || ev.response?.id;
     activeResponseId = id;
@@ -486,7 +586,8 @@ const HANDLERS = {
 function onPlayback(msg) {
   switch (msg.type) {
     case 'progress':
-      stats.samplesPlayed = msg.samplesPlayed;
+      playbackLast.samplesPlayed = msg.samplesPlayed;
+      stats.samplesPlayed = msg.samplesPlayed - playbackBase.samplesPlayed;
       stats.playbackRate = msg.sampleRate;
       stats.bufferedMs = Math.round(msg.bufferedMs);
       break;
@@ -506,7 +607,8 @@ function onPlayback(msg) {
       break;
     }
     case 'underrun':
-      stats.underruns = msg.underruns;
+      playbackLast.underruns = msg.underruns;
+      stats.underruns = msg.underruns - playbackBase.underruns;
       break;
     default:
       break;
@@ -644,6 +746,9 @@ function onState(state, detail) {
   $('conn').dataset.state = state;
   $('conn-text').textContent = STATE_TEXT[state](d);
   if (state !== 'connected') streaming = false;
+  // The "Press Connect" hint is for before the first connection only.
+  if (state === 'connected') $('empty-hint').hidden = true;
+  else if (state === 'idle' && view.empty) $('empty-hint').hidden = false;
   retryPlan = state === 'reconnecting' ? { at: d.retryAt, attempt: d.attempt, retries: d.retries } : null;
   const status = connectionStatus(state, d);
   if (status) notice(status.text, status.kind);
@@ -677,6 +782,7 @@ function updateControls() {
   retry.hidden = !(client.state === 'reconnecting' || client.state === 'closed' || client.state === 'failed');
   retry.textContent = client.state === 'reconnecting' ? 'Retry now' : 'Retry';
   $('mute').disabled = !ready;
+  $('talk').disabled = !ready;
   $('barge').disabled = !ready;
   $('commit').disabled = !ready;
   $('respond').disabled = !ready;
@@ -756,6 +862,8 @@ async function stopAudio() {
 async function toggleConnection() {
   if (client.state !== 'idle' && client.state !== 'closed' && client.state !== 'failed') {
     client.disconnect();
+    setTalking(false);
+    view.settlePartials();
     await stopAudio();
     return;
   }
@@ -776,11 +884,16 @@ async function toggleConnection() {
     await stopAudio();
     return;
   }
+  // A fresh playback worklet counts from zero.
+  playbackLast = { samplesPlayed: 0, underruns: 0 };
+  Object.assign(playbackBase, playbackLast);
   void refreshDevices();
+  appliedConnection = { url: s.url, apiKey: s.apiKey };
   client.connect();
 }
 
 function commitTurn() {
+  setTalking(false);
   if (client.send({ type: 'input_audio_buffer.commit' })) {
     committedMs = uncommittedMs;
     uncommittedMs = 0;
@@ -788,6 +901,7 @@ function commitTurn() {
 }
 
 function requestResponse() {
+  setTalking(false);
   // "Respond" after talking without pressing Commit: commit the turn first.
   if (uncommittedMs > 100) commitTurn();
   const now = audio.now();
@@ -812,6 +926,59 @@ function renderStats() {
   $('st-responses').textContent = String(stats.responses);
 }
 
+/** The mute button keeps its label; aria-pressed says whether it is on. */
+function setMuted(on) {
+  muted = on;
+  const button = $('mute');
+  button.setAttribute('aria-pressed', String(muted));
+  $('meter').classList.toggle('muted', muted);
+  $('meter-label').textContent = muted ? 'Mic (muted)' : 'Mic';
+  if (muted) {
+    showLevel(0);
+    setSpeaking(false);
+    // Push-to-talk: muting ends the talking (the turn waits for Commit or Respond).
+    setTalking(false);
+  }
+}
+
+/** Push-to-talk: the microphone streams only while Talk is pressed. */
+function setTalking(on) {
+  talking = Boolean(on) && pttMode && !muted;
+  $('talk').setAttribute('aria-pressed', String(talking));
+  if (!talking) {
+    showLevel(0);
+    if (pttMode) setSpeaking(false);
+  }
+}
+
+/**
+ * With no audio going out (push-to-talk not talking) the gateway would end an
+ * idle session: a session.heartbeat counts as activity and keeps it open.
+ */
+function heartbeat() {
+  if (!client.ready || !session || performance.now() - lastSentAt < 1000) return;
+  if (client.send({ type: 'session.heartbeat' })) {
+    lastSentAt = performance.now();
+    stats.heartbeatsSent += 1;
+  }
+}
+
+let applyPending = false; // Apply sent a session.update whose answer is due
+
+/** The line next to Apply: what became of the settings. */
+function settingsStatus(text, kind = 'ok') {
+  const el = $('settings-status');
+  el.textContent = text;
+  el.dataset.kind = kind;
+}
+
+/** URL and key are used when connecting: say so when they differ from the live connection's. */
+function reconnectNote() {
+  const s = readSettings();
+  if (!appliedConnection || (s.url === appliedConnection.url && s.apiKey === appliedConnection.apiKey)) return '';
+  return ' The Gateway URL and API key take effect on reconnect (Disconnect, then Connect).';
+}
+
 // ---------------------------------------------------------------------------
 // Wiring
 
@@ -821,15 +988,14 @@ $('retry').addEventListener('click', () => {
   if (client.state === 'reconnecting') client.retryNow();
   else void toggleConnection();
 });
-$('mute').addEventListener('click', () => {
-  muted = !muted;
-  $('mute').setAttribute('aria-pressed', String(muted));
-  $('mute').textContent = muted ? 'Unmute mic' : 'Mute mic';
-});
+$('mute').addEventListener('click', () => setMuted(!muted));
+$('talk').addEventListener('click', () => setTalking(!talking));
 $('barge').addEventListener('click', bargeIn);
 $('commit').addEventListener('click', commitTurn);
 $('respond').addEventListener('click', requestResponse);
-$('turn').addEventListener('change', () => form.classList.toggle('no-vad', $('turn').value === 'none'));
+$('turn').addEventListener('change', syncVadFields);
+$('in-format').addEventListener('change', () => fitRateToFormat('in', true));
+$('out-format').addEventListener('change', () => fitRateToFormat('out', true));
 $('device').addEventListener('change', async () => {
   try {
     await audio.setDevice($('device').value);
@@ -840,8 +1006,19 @@ $('device').addEventListener('change', async () => {
 form.addEventListener('submit', (event) => {
   event.preventDefault();
   saveSettings();
-  if (client.ready) sendSessionUpdate();
+  if (client.ready && session) {
+    applyPending = true;
+    settingsStatus('Saved; applying to the live session…');
+    sendSessionUpdate();
+  } else if (client.state === 'idle' || client.state === 'closed' || client.state === 'failed') {
+    settingsStatus('Saved. Used when you connect.');
+  } else {
+    settingsStatus(`Saved. Applied once the session is ready.${reconnectNote()}`);
+  }
 });
+// Editing again clears the last confirmation.
+form.addEventListener('input', () => settingsStatus(''));
+setInterval(heartbeat, 1000);
 navigator.mediaDevices?.addEventListener?.('devicechange', () => void refreshDevices());
 setInterval(renderStats, 250);
 setInterval(renderCountdown, 200);

@@ -91,12 +91,14 @@ export class ConversationView {
 
   assistantDelta(itemId, delta) {
     const entry = this.ensure(itemId, 'assistant');
+    if (entry.heard !== undefined) return; // cut off: only what was heard stays
     entry.value += delta;
     this.render(entry);
   }
 
   assistantDone(itemId, text) {
     const entry = this.ensure(itemId, 'assistant');
+    if (entry.heard !== undefined) return; // the gateway's kept transcript decides (see heard())
     if (typeof text === 'string' && text) entry.value = text;
     entry.final = true;
     this.render(entry);
@@ -107,9 +109,48 @@ export class ConversationView {
     const entry = this.entries.get(itemId);
     if (!entry) return;
     entry.final = true;
+    entry.heardMs = ms;
     entry.li.classList.add('interrupted');
     entry.meta.textContent = `interrupted after ${(ms / 1000).toFixed(1)} s`;
     this.render(entry);
+  }
+
+  /**
+   * The words of a cut-off reply the caller actually heard, as the gateway kept
+   * them after conversation.item.truncated: they replace the full text.
+   */
+  heard(itemId, transcript) {
+    const entry = this.entries.get(itemId);
+    if (!entry || !entry.li.classList.contains('interrupted')) return;
+    entry.heard = (transcript || '').trim();
+    entry.value = entry.heard;
+    entry.final = true;
+    const after = `interrupted after ${((entry.heardMs ?? 0) / 1000).toFixed(1)} s`;
+    entry.meta.textContent = entry.value ? after : `${after}, before any words were heard`;
+    this.render(entry);
+  }
+
+  /**
+   * A turn that will get no more events (mode switch, disconnect): an empty
+   * "listening…" bubble goes, one with partial words stays, marked as cut off.
+   */
+  settlePartials() {
+    for (const [itemId, entry] of [...this.entries]) {
+      if (entry.role !== 'user' || entry.final) continue;
+      if (!entry.value) {
+        entry.li.remove();
+        this.entries.delete(itemId);
+        continue;
+      }
+      entry.final = true;
+      entry.li.classList.remove('listening');
+      entry.meta.textContent = 'turn cut off';
+      this.render(entry);
+    }
+  }
+
+  get empty() {
+    return this.entries.size === 0 && !this.list.querySelector('.divider');
   }
 
   divider(label) {
