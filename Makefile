@@ -37,11 +37,15 @@ run: $(VENV)/.installed-run
 
 # The main suite, then the vLLM-Omni engines against the real vLLM-Omni code in its own
 # virtualenv (built once; later runs reuse it).
-test: $(VENV)/.installed-test $(OMNI_VENV)/.installed-gateway
+test: $(VENV)/.installed-test $(OMNI_VENV)/.installed-gateway tests/browser/node_modules/.package-lock.json
 	$(BIN)/ruff check duplex_gateway tests
 	$(BIN)/mypy duplex_gateway
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
 	HF_HUB_OFFLINE=1 DUPLEX_GATEWAY_REQUIRE_OMNI=1 $(OMNI_BIN)/python -m pytest tests/omni
+
+# axe-core for the browser accessibility test (its exact version is pinned in tests/browser/package-lock.json).
+tests/browser/node_modules/.package-lock.json: tests/browser/package.json tests/browser/package-lock.json
+	npm ci --prefix tests/browser --no-audit --no-fund
 
 $(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed-run
 	$(BIN)/python -m pip install -q -e '.[bench]'

@@ -4,7 +4,7 @@
 // particular engine (partial transcripts, text-only replies and missing
 // events all degrade gracefully).
 
-import { AudioIO, listMicrophones } from './lib/audio.js';
+import { AudioIO, listMicrophones, listSpeakers } from './lib/audio.js';
 import { FORMATS, base64ToBytes, bytesToBase64, decode, encode, formatName } from './lib/codecs.js';
 import { ConversationView } from './lib/conversation.js';
 import { JitterEstimator } from './lib/jitter.js';
@@ -49,7 +49,7 @@ function initSettingsForm() {
   if (saved.voice) fillVoices([saved.voice], saved.voice);
   for (const [name, value] of Object.entries(saved)) {
     const field = form.elements.namedItem(name);
-    if (field && name !== 'apiKey' && name !== 'device') field.value = value;
+    if (field && name !== 'apiKey' && name !== 'device' && name !== 'speaker') field.value = value;
   }
   $('api-key').value = sessionStorage.getItem(`${STORAGE_KEY}:key`) || '';
   for (const dir of ['in', 'out']) fitRateToFormat(dir);
@@ -100,11 +100,12 @@ function readSettings() {
     outFormat: $('out-format').value,
     outRate: num('out-rate', 24000),
     frameMs: num('frame-ms', 20),
+    instructions: $('instructions').value.trim(),
   };
 }
 
 function saveSettings() {
-  const { apiKey, device, ...rest } = readSettings();
+  const { apiKey, device, speaker, ...rest } = readSettings();
   localStorage.setItem(STORAGE_KEY, JSON.stringify(rest));
   sessionStorage.setItem(`${STORAGE_KEY}:key`, apiKey);
 }
@@ -137,6 +138,96 @@ const stats = {
 };
 const errors = [];
 const recentEvents = [];
+
+// ---------------------------------------------------------------------------
+// What the running engine does (session.capabilities.engine), in one line
+
+const ABILITIES = {
+  embedded:
+    'The built-in demo engine: it repeats what you said (“You said: …”) and answers questions about the time and the date; say “help” for more. It is not a chatbot.',
+  echo: 'The echo engine: it plays each of your turns back to you, to try out your microphone, playback and barge-in. It does not understand words; a typed message gets your last spoken turn back.',
+  'vllm-omni': 'A speech model served by vLLM-Omni: talk to it as to an assistant, it answers in speech with a transcript.',
+  'vllm-omni-stream': 'A speech model served by vLLM-Omni, streaming: talk to it as to an assistant, it answers in speech with a transcript.',
+  remote: 'A speech model on a pool of vLLM-Omni servers: talk to it as to an assistant, it answers in speech with a transcript.',
+};
+
+function abilitiesText(engine) {
+  if (!engine) return '';
+  const what = ABILITIES[engine] || `The “${engine}” engine answers each of your turns in speech.`;
+  return `What the assistant does: ${what}`;
+}
+
+// ---------------------------------------------------------------------------
+// The event log: every event sent and received, audio payloads left out
+
+const LOG_MAX = 500;
+const AUDIO_EVENTS = new Set(['input_audio_buffer.append', 'response.output_audio.delta', 'response.audio.delta']);
+/** {t, dir: 'in'|'out', type, count, audioBytes, body} — runs of one audio event share an entry. */
+const eventLog = [];
+let connectedAt = null; // performance.now() of the last Connect
+let logDirty = false;
+
+function elided(ev) {
+  const json = JSON.stringify(ev, (key, value) => {
+    if (typeof value === 'string' && (key === 'audio' || (key === 'delta' && AUDIO_EVENTS.has(ev.type)))) {
+      return `<${Math.floor((value.length * 3) / 4)} bytes of audio>`;
+    }
+    return value;
+  });
+  return client.redact(json.length > 400 ? `${json.slice(0, 400)}…` : json);
+}
+
+function logEvent(dir, ev) {
+  const t = connectedAt === null ? 0 : (performance.now() - connectedAt) / 1000;
+  const type = String(ev?.type ?? '?');
+  const audioBytes = AUDIO_EVENTS.has(type) ? Math.floor(String(ev.audio ?? ev.delta ?? '').length * 0.75) : 0;
+  const last = eventLog[eventLog.length - 1];
+  logDirty = true;
+  if (audioBytes && last && last.type === type && last.dir === dir) {
+    last.count += 1;
+    last.audioBytes += audioBytes;
+    return;
+  }
+  eventLog.push({ t, dir, type, count: 1, audioBytes, body: audioBytes ? '' : elided(ev) });
+  if (eventLog.length > LOG_MAX) eventLog.splice(0, eventLog.length - LOG_MAX);
+}
+
+function renderLog() {
+  if (!logDirty || !$('log-panel').open) return;
+  logDirty = false;
+  const list = $('log');
+  const filter = $('log-filter').value.trim().toLowerCase();
+  const shown = filter ? eventLog.filter((e) => e.type.toLowerCase().includes(filter)) : eventLog;
+  const atBottom = list.scrollHeight - list.scrollTop - list.clientHeight < 40;
+  list.replaceChildren(
+    ...shown.map((e) => {
+      const li = document.createElement('li');
+      li.className = `dir-${e.dir}`;
+      li.dataset.type = e.type;
+      const t = document.createElement('span');
+      t.className = 't';
+      t.textContent = `${e.t.toFixed(3)}`;
+      const d = document.createElement('span');
+      d.className = 'd';
+      d.textContent = e.dir === 'out' ? '↑' : '↓';
+      d.title = e.dir === 'out' ? 'sent' : 'received';
+      const type = document.createElement('span');
+      type.className = 'type';
+      type.textContent = e.count > 1 ? `${e.type} ×${e.count}` : e.type;
+      li.append(t, d, type);
+      const text = e.audioBytes ? `${e.audioBytes} bytes of audio` : e.body;
+      if (text) {
+        const body = document.createElement('span');
+        body.className = 'body';
+        body.textContent = text;
+        li.append(body);
+      }
+      return li;
+    }),
+  );
+  $('log-count').textContent = filter ? `${shown.length} of ${eventLog.length}` : `${eventLog.length}`;
+  if (atBottom) list.scrollTop = list.scrollHeight;
+}
 
 /** Per-session counters start from zero with every new session (not on resume). */
 const PER_SESSION = {
@@ -187,10 +278,19 @@ const client = new RealtimeClient({
   onSession,
 });
 
+// Every event the page sends goes through client.send: the event log sees them all.
+const sendEvent = client.send.bind(client);
+client.send = (event, ws) => {
+  const ok = sendEvent(event, ws);
+  if (ok) logEvent('out', event);
+  return ok;
+};
+
 window.__demo = {
   stats,
   errors,
   events: recentEvents,
+  log: eventLog,
   get sent() {
     return client.sent;
   },
@@ -252,11 +352,15 @@ function sendSessionUpdate() {
   streaming = false;
   updateCount += 1;
   pendingUpdateId = `evt_update_${updateCount}`;
+  // Instructions go out once set, and again (empty) when they are cleared.
+  const instructions = s.instructions || instructionsSent ? { instructions: s.instructions } : {};
+  instructionsSent = Boolean(s.instructions);
   client.send({
     type: 'session.update',
     event_id: pendingUpdateId,
     session: {
       type: 'realtime',
+      ...instructions,
       audio: {
         input: {
           format: { type: FORMATS[s.inFormat].ga, rate: s.inRate },
@@ -279,6 +383,7 @@ function adoptSession(s) {
 }
 
 let pttMode = false; // the live session has no turn detection (push-to-talk)
+let instructionsSent = false; // this session was given instructions
 
 /** Point capture, playback and the UI at `session`, and let the mic stream. */
 function applySession() {
@@ -296,6 +401,9 @@ function applySession() {
   }
   $('ptt').hidden = !ptt;
   $('ptt-hint').hidden = !ptt;
+  const abilities = abilitiesText(session.engine);
+  $('abilities').textContent = abilities;
+  $('abilities').hidden = !abilities;
   const fmt = (f) => `${f.format} ${f.rate / 1000} kHz`;
   $('session-info').textContent = [
     session.engine && `engine ${session.engine}`,
@@ -331,6 +439,7 @@ function onSession({ resumed, event }) {
   setSpeaking(false);
   view.settlePartials();
   session = readSession(event.session || {});
+  instructionsSent = false;
   // Offer the engine's voices before asking for one of them.
   if (session.voices.length) fillVoices(session.voices);
   sendSessionUpdate();
@@ -409,6 +518,7 @@ function responseFor(id) {
 const receivedMs = (r) => Math.floor((r.receivedSamples * 1000) / r.rate);
 
 function onEvent(ev) {
+  logEvent('in', ev);
   recentEvents.push({ type: ev.type, seq: ev.server_event_seq, t: Math.round(performance.now()) });
   if (recentEvents.length > 400) recentEvents.splice(0, 100);
   const handler = HANDLERS[ev.type];
@@ -786,6 +896,8 @@ function updateControls() {
   $('barge').disabled = !ready;
   $('commit').disabled = !ready;
   $('respond').disabled = !ready;
+  $('text-input').disabled = !ready;
+  $('send-text').disabled = !ready;
 }
 
 /** The status line next to Connect: what happened and what to do ('' hides it). */
@@ -850,6 +962,24 @@ async function refreshDevices() {
       ),
   );
   if ([...select.options].some((o) => o.value === current)) select.value = current;
+  await refreshSpeakers();
+}
+
+async function refreshSpeakers() {
+  const select = $('speaker');
+  $('speaker-field').hidden = !AudioIO.canPickSpeaker;
+  if (!AudioIO.canPickSpeaker) return;
+  const current = select.value;
+  const speakers = await listSpeakers();
+  select.replaceChildren(
+    Object.assign(document.createElement('option'), { value: '', textContent: 'Default speaker' }),
+    ...speakers
+      .filter((d) => d.deviceId && d.deviceId !== 'default')
+      .map((d, i) =>
+        Object.assign(document.createElement('option'), { value: d.deviceId, textContent: d.label || `Speaker ${i + 1}` }),
+      ),
+  );
+  if ([...select.options].some((o) => o.value === current)) select.value = current;
 }
 
 async function stopAudio() {
@@ -889,6 +1019,7 @@ async function toggleConnection() {
   Object.assign(playbackBase, playbackLast);
   void refreshDevices();
   appliedConnection = { url: s.url, apiKey: s.apiKey };
+  connectedAt = performance.now();
   client.connect();
 }
 
@@ -908,6 +1039,56 @@ function requestResponse() {
   // With push-to-talk the turn is over when the caller asks for the reply.
   latency.turnEnded(now, now, 'commit');
   client.send({ type: 'response.create' });
+}
+
+/** A typed message: a user item in the conversation, then a reply to it. */
+let textCount = 0;
+function sendText(text) {
+  if (!client.ready || !text) return false;
+  // A reply in progress would refuse a new one: cut it first, as a barge-in does.
+  if (activeResponseId) bargeIn();
+  textCount += 1;
+  client.send({
+    type: 'conversation.item.create',
+    event_id: `evt_text_${textCount}`,
+    item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] },
+  });
+  const now = audio.now();
+  latency.turnEnded(now, now, 'text');
+  client.send({ type: 'response.create' });
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// Transcript export and clear
+
+function download(name, text, type) {
+  const url = URL.createObjectURL(new Blob([text], { type }));
+  const a = Object.assign(document.createElement('a'), { href: url, download: name });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+function exportName(ext) {
+  const stamp = new Date().toISOString().slice(0, 19).replace(/[-:]/g, '').replace('T', '-');
+  return `conversation-${stamp}.${ext}`;
+}
+
+function exportTranscript(kind) {
+  const items = view.snapshot();
+  if (kind === 'json') {
+    const doc = { exported_at: new Date().toISOString(), session_id: client.sessionId, engine: session?.engine ?? null, items };
+    download(exportName('json'), `${JSON.stringify(doc, null, 2)}\n`, 'application/json');
+    return;
+  }
+  const lines = items.map((e) => {
+    const who = e.role === 'user' ? 'You' : 'Assistant';
+    const note = e.interrupted ? ' [interrupted]' : e.final ? '' : ' [unfinished]';
+    return `[${e.at}] ${who}: ${e.text}${note}`;
+  });
+  download(exportName('txt'), `${lines.join('\n')}\n`, 'text/plain');
 }
 
 function bargeIn() {
@@ -991,6 +1172,40 @@ $('retry').addEventListener('click', () => {
 $('mute').addEventListener('click', () => setMuted(!muted));
 $('talk').addEventListener('click', () => setTalking(!talking));
 $('barge').addEventListener('click', bargeIn);
+$('text-form').addEventListener('submit', (event) => {
+  event.preventDefault();
+  const input = $('text-input');
+  if (sendText(input.value.trim())) input.value = '';
+});
+$('export-txt').addEventListener('click', () => exportTranscript('txt'));
+$('export-json').addEventListener('click', () => exportTranscript('json'));
+$('clear-transcript').addEventListener('click', () => {
+  view.clear();
+  if (client.state === 'idle') $('empty-hint').hidden = false;
+});
+$('volume').addEventListener('input', () => audio.setVolume(Number($('volume').value) / 100));
+$('speaker').addEventListener('change', async () => {
+  try {
+    await audio.setSpeaker($('speaker').value);
+  } catch (err) {
+    notice(`Could not switch to that speaker (${err?.name || 'error'}).`);
+  }
+});
+$('log-filter').addEventListener('input', () => {
+  logDirty = true;
+  renderLog();
+});
+$('log-panel').addEventListener('toggle', () => {
+  logDirty = true;
+  renderLog();
+});
+$('log-clear').addEventListener('click', () => {
+  eventLog.length = 0;
+  logDirty = true;
+  renderLog();
+});
+setInterval(renderLog, 300);
+void refreshSpeakers();
 $('commit').addEventListener('click', commitTurn);
 $('respond').addEventListener('click', requestResponse);
 $('turn').addEventListener('change', syncVadFields);

@@ -22,6 +22,9 @@ export class AudioIO {
     this.capture = null;
     this.playback = null;
     this.pendingFlush = null;
+    this.gain = null; // the volume control, between playback and the speakers
+    this.volume = 1;
+    this.sinkId = '';
   }
 
   get running() {
@@ -54,7 +57,9 @@ export class AudioIO {
     });
     this.playback.port.onmessage = (event) => this.onPlaybackMessage(event.data);
     this.playback.onprocessorerror = (event) => console.error('playback worklet failed', event);
-    this.playback.connect(ctx.destination);
+    this.gain = new GainNode(ctx, { gain: this.volume });
+    this.playback.connect(this.gain).connect(ctx.destination);
+    if (this.sinkId) await this.applySink();
     await this.openMic(deviceId);
     if (ctx.state !== 'running') await ctx.resume();
   }
@@ -91,6 +96,28 @@ export class AudioIO {
 
   async setDevice(deviceId) {
     if (this.ctx) await this.openMic(deviceId);
+  }
+
+  /** Playback volume, 0..1 (kept for the next start too). */
+  setVolume(value) {
+    this.volume = Math.min(1, Math.max(0, Number(value) || 0));
+    if (this.gain) this.gain.gain.setTargetAtTime(this.volume, this.ctx.currentTime, 0.01);
+  }
+
+  /** Whether this browser can send the page's audio to a chosen output device. */
+  static get canPickSpeaker() {
+    return typeof AudioContext !== 'undefined' && 'setSinkId' in AudioContext.prototype;
+  }
+
+  /** The output device ('' is the system default), now and for the next start. */
+  async setSpeaker(sinkId) {
+    this.sinkId = sinkId || '';
+    if (this.ctx) await this.applySink();
+  }
+
+  async applySink() {
+    if (!AudioIO.canPickSpeaker || !this.ctx) return;
+    await this.ctx.setSinkId(this.sinkId);
   }
 
   configureCapture(input) {
@@ -151,6 +178,7 @@ export class AudioIO {
     this.ctx = null;
     this.capture = null;
     this.playback = null;
+    this.gain = null;
     if (this.flushResolve) {
       this.flushResolve({ items: [], droppedSamples: 0, sampleRate: 1 });
       this.flushResolve = null;
@@ -158,6 +186,13 @@ export class AudioIO {
     this.pendingFlush = null;
     if (ctx) await ctx.close();
   }
+}
+
+/** Speakers for the picker (where the browser can route to them). */
+export async function listSpeakers() {
+  if (!navigator.mediaDevices?.enumerateDevices) return [];
+  const devices = await navigator.mediaDevices.enumerateDevices();
+  return devices.filter((d) => d.kind === 'audiooutput');
 }
 
 /** Microphones for the picker; labels are empty until the page has mic permission. */

@@ -28,7 +28,7 @@ export class ConversationView {
     const meta = document.createElement('span');
     meta.className = 'meta';
     li.append(who, text, meta);
-    entry = { li, text, meta, role, value: '', final: false };
+    entry = { li, text, meta, role, value: '', final: false, at: new Date().toISOString() };
     this.entries.set(itemId, entry);
     this.append(li);
     return entry;
@@ -161,6 +161,12 @@ export class ConversationView {
     this.append(li);
   }
 
+  /** Remove every bubble and divider (the session's conversation is not touched). */
+  clear() {
+    this.entries.clear();
+    this.list.replaceChildren();
+  }
+
   /** Plain data for tests and debugging. */
   snapshot() {
     return [...this.entries.entries()].map(([itemId, e]) => ({
@@ -169,6 +175,7 @@ export class ConversationView {
       text: e.value,
       final: e.final,
       interrupted: e.li.classList.contains('interrupted'),
+      at: e.at,
     }));
   }
 }

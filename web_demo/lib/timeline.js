@@ -23,7 +23,7 @@ export function renderLatency({ value, median, timeline }, turns) {
       row.className = 'turn';
       const parts = SEGMENTS.map(([key, , label]) => `${label} ${turn.parts[key]} ms`).join(', ');
       row.setAttribute('aria-label', `Turn ${turn.id}: ${turn.totalMs} ms (${parts})`);
-      row.title = `${turn.how === 'commit' ? 'push-to-talk' : 'server VAD'} turn — ${parts}`;
+      row.title = `${{ commit: 'push-to-talk', text: 'typed' }[turn.how] || 'server VAD'} turn — ${parts}`;
       const label = document.createElement('span');
       label.className = 'turn-id';
       label.textContent = `#${turn.id}`;
