@@ -107,9 +107,19 @@ class Browser:
         return self.page.evaluate("window.__demo.stats")  # type: ignore[no-any-return]
 
 
+#: The desktop window the tests use.
+DESKTOP = {"width": 1280, "height": 860}
+
+
 @contextlib.contextmanager
-def chromium(tmp_path: Path, url: str) -> Iterator[Browser]:
-    """Headless Debian Chromium with the looping fake microphone and a fresh profile, showing ``url``."""
+def chromium_page(
+    tmp_path: Path, *, flags: list[str] | None = None, viewport: dict[str, int] = DESKTOP, **context: Any
+) -> Iterator[Any]:
+    """A page of headless Debian Chromium with the looping fake microphone and a fresh profile.
+
+    ``flags`` replace :data:`CHROMIUM_FLAGS`; ``context`` goes to Playwright's persistent context
+    (``is_mobile``, ``ignore_https_errors``, ...).
+    """
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is not installed (Debian package 'chromium'; .ci/run installs it)")
     from playwright.sync_api import sync_playwright
@@ -118,25 +128,39 @@ def chromium(tmp_path: Path, url: str) -> Iterator[Browser]:
     profile = tmp_path / "chromium-profile"
     profile.mkdir()
     with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
+        browser_context = pw.chromium.launch_persistent_context(
             user_data_dir=str(profile),
             executable_path=str(CHROMIUM),
             headless=True,
-            args=[*CHROMIUM_FLAGS, f"--use-file-for-fake-audio-capture={wav}"],
-            viewport={"width": 1280, "height": 860},
+            args=[*(CHROMIUM_FLAGS if flags is None else flags), f"--use-file-for-fake-audio-capture={wav}"],
+            viewport=viewport,
             timeout=30_000,
+            **context,
         )
         try:
-            page = context.pages[0] if context.pages else context.new_page()
+            page = browser_context.pages[0] if browser_context.pages else browser_context.new_page()
             page.set_default_timeout(15_000)
-            browser = Browser(page)
-            page.on("console", lambda m: browser.errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda exc: browser.errors.append(f"pageerror: {exc}"))
-            page.goto(url, wait_until="load")
-            yield browser
+            yield page
         finally:
-            context.close()
+            browser_context.close()
+
+
+@contextlib.contextmanager
+def chromium(tmp_path: Path, url: str) -> Iterator[Browser]:
+    """:func:`chromium_page` showing ``url``; any console error or uncaught exception fails the test."""
+    with chromium_page(tmp_path) as page:
+        browser = Browser(page)
+        page.on("console", lambda m: browser.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda exc: browser.errors.append(f"pageerror: {exc}"))
+        page.goto(url, wait_until="load")
+        yield browser
     assert browser.errors == [], browser.errors
+
+
+def open_settings(page: Any) -> None:
+    """Open the Settings panel unless it is open."""
+    if not page.evaluate("document.getElementById('settings-panel').open"):
+        page.locator("#settings-panel > summary").click()
 
 
 def _connect(browser: Browser) -> None:

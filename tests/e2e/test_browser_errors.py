@@ -38,7 +38,14 @@ import pytest
 import yaml
 
 from tests.e2e.helpers import PYTHON, REPO, Gateway, GatewayFactory, free_port, gateway_env
-from tests.e2e.test_browser import CHROMIUM, CHROMIUM_FLAGS, Browser, _connect, _disconnect, _fake_mic_wav
+from tests.e2e.test_browser import (
+    CHROMIUM_FLAGS,
+    Browser,
+    _connect,
+    _disconnect,
+    chromium_page,
+    open_settings,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -69,50 +76,24 @@ def browser_at(
     allowed_errors: re.Pattern[str] | None = None,
 ) -> Iterator[Page]:
     """Like :func:`tests.e2e.test_browser.chromium`, with flags to vary the browser."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is not installed (Debian package 'chromium')")
-    from playwright.sync_api import sync_playwright
-
     flags = [f for f in CHROMIUM_FLAGS if fake_permission_ui or f != "--use-fake-ui-for-media-stream"]
-    wav = _fake_mic_wav(tmp_path / "mic.wav")
-    profile = tmp_path / "chromium-profile"
-    profile.mkdir()
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            user_data_dir=str(profile),
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=[*flags, *extra_flags, f"--use-file-for-fake-audio-capture={wav}"],
-            viewport={"width": 1280, "height": 860},
-            ignore_https_errors=ignore_https_errors,
-            timeout=30_000,
-        )
-        try:
-            page = context.pages[0] if context.pages else context.new_page()
-            page.set_default_timeout(15_000)
-            browser = Page(page)
+    with chromium_page(tmp_path, flags=[*flags, *extra_flags], ignore_https_errors=ignore_https_errors) as page:
+        browser = Page(page)
 
-            def on_console(message: Any) -> None:
-                browser.console.append(f"{message.type}: {message.text}")
-                if message.type == "error" and not (allowed_errors and allowed_errors.search(message.text)):
-                    browser.errors.append(message.text)
+        def on_console(message: Any) -> None:
+            browser.console.append(f"{message.type}: {message.text}")
+            if message.type == "error" and not (allowed_errors and allowed_errors.search(message.text)):
+                browser.errors.append(message.text)
 
-            page.on("console", on_console)
-            page.on("pageerror", lambda exc: browser.errors.append(f"pageerror: {exc}"))
-            page.goto(url, wait_until="load")
-            yield browser
-        finally:
-            context.close()
+        page.on("console", on_console)
+        page.on("pageerror", lambda exc: browser.errors.append(f"pageerror: {exc}"))
+        page.goto(url, wait_until="load")
+        yield browser
     assert browser.errors == [], browser.errors
 
 
-def _open_settings(page: Any) -> None:
-    if not page.evaluate("document.getElementById('settings-panel').open"):
-        page.locator("#settings-panel > summary").click()
-
-
 def _set_api_key(page: Any, key: str) -> None:
-    _open_settings(page)
+    open_settings(page)
     page.fill("#api-key", key)
 
 
@@ -425,7 +406,7 @@ def test_unreachable_url_counts_down_offers_retry_and_stops(echo_gateway: Gatewa
     nowhere = f"ws://127.0.0.1:{free_port()}/v1/realtime"
     with browser_at(tmp_path, echo_gateway.base_url + "/", allowed_errors=BROWSER_WS_FAILURE) as browser:
         page = browser.page
-        _open_settings(page)
+        open_settings(page)
         page.fill("#url", nowhere)
         page.get_by_role("button", name="Connect").click()
         browser.wait("window.__demo.stats.state === 'reconnecting'", 10, "first retry scheduled")

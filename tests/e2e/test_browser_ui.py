@@ -32,19 +32,18 @@ import pytest
 
 from tests.e2e.helpers import Gateway, GatewayFactory
 from tests.e2e.test_browser import (
-    CHROMIUM,
-    CHROMIUM_FLAGS,
+    DESKTOP,
     Browser,
     _connect,
     _disconnect,
-    _fake_mic_wav,
     _wait_sessions,
+    chromium_page,
+    open_settings,
 )
 
 pytestmark = pytest.mark.e2e
 
 PHONE = {"width": 390, "height": 844}
-DESKTOP = {"width": 1280, "height": 860}
 
 #: The gateway's idle timeout in the mute / push-to-talk tests: a muted page must outlive it.
 IDLE_TIMEOUT_S = 3
@@ -68,48 +67,21 @@ class UiBrowser(Browser):
 @contextlib.contextmanager
 def ui_browser(tmp_path: Path, url: str, viewport: dict[str, int] = DESKTOP, *, mobile: bool = False) -> Iterator[UiBrowser]:
     """Like :func:`tests.e2e.test_browser.chromium`, at ``viewport``, recording received frames."""
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is not installed (Debian package 'chromium')")
-    from playwright.sync_api import sync_playwright
+    with chromium_page(tmp_path, viewport=viewport, is_mobile=mobile, has_touch=mobile) as page:
+        browser = UiBrowser(page)
+        page.on("console", lambda m: browser.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda exc: browser.errors.append(f"pageerror: {exc}"))
 
-    wav = _fake_mic_wav(tmp_path / "mic.wav")
-    profile = tmp_path / "chromium-profile"
-    profile.mkdir()
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            user_data_dir=str(profile),
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=[*CHROMIUM_FLAGS, f"--use-file-for-fake-audio-capture={wav}"],
-            viewport=viewport,
-            is_mobile=mobile,
-            has_touch=mobile,
-            timeout=30_000,
-        )
-        try:
-            page = context.pages[0] if context.pages else context.new_page()
-            page.set_default_timeout(15_000)
-            browser = UiBrowser(page)
-            page.on("console", lambda m: browser.errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda exc: browser.errors.append(f"pageerror: {exc}"))
+        def on_frame(payload: str | bytes) -> None:
+            with contextlib.suppress(ValueError):
+                event = json.loads(payload)
+                if isinstance(event, dict):
+                    browser.received.append(event)
 
-            def on_frame(payload: str | bytes) -> None:
-                with contextlib.suppress(ValueError):
-                    event = json.loads(payload)
-                    if isinstance(event, dict):
-                        browser.received.append(event)
-
-            page.on("websocket", lambda ws: ws.on("framereceived", on_frame))
-            page.goto(url, wait_until="load")
-            yield browser
-        finally:
-            context.close()
+        page.on("websocket", lambda ws: ws.on("framereceived", on_frame))
+        page.goto(url, wait_until="load")
+        yield browser
     assert browser.errors == [], browser.errors
-
-
-def _open_settings(page: Any) -> None:
-    if not page.evaluate("document.getElementById('settings-panel').open"):
-        page.locator("#settings-panel > summary").click()
 
 
 def _apply(browser: UiBrowser, expect: str, timeout_s: float = 10) -> str:
@@ -199,7 +171,7 @@ def test_phone_layout_wraps_keeps_connect_and_status_on_screen(echo: Gateway, tm
         page.screenshot(path=str(tmp_path / "phone.png"), full_page=True)
 
         # Settings can be reached and used.
-        _open_settings(page)
+        open_settings(page)
         page.locator("#url").scroll_into_view_if_needed()
         assert page.locator("#url").is_visible() and page.locator("#apply").is_visible()
         page.locator("#apply").scroll_into_view_if_needed()
@@ -276,7 +248,7 @@ def test_push_to_talk_switch_clears_stale_state_and_streams_only_while_talking(
     with ui_browser(tmp_path, echo.base_url + "/") as browser:
         page = browser.page
         _connect(browser)
-        _open_settings(page)
+        open_settings(page)
         assert page.locator("#threshold").is_enabled() and page.locator("#silence").is_enabled()
 
         # Switch to push-to-talk mid-utterance: "speaking…" and the listening bubble go.
@@ -334,7 +306,7 @@ def test_push_to_talk_switch_clears_stale_state_and_streams_only_while_talking(
 def test_settings_confirm_apply_live_offer_engine_voices_and_g711_rate(echo: Gateway, tmp_path: Path) -> None:
     with ui_browser(tmp_path, echo.base_url + "/") as browser:
         page = browser.page
-        _open_settings(page)
+        open_settings(page)
         assert _apply(browser, "Saved") == "Saved. Used when you connect."
         assert page.evaluate("document.getElementById('voice').tagName") == "SELECT"
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -175,15 +174,8 @@ def test_a_codec_the_gateway_cannot_decode_is_refused_and_ends_the_call(
     assert dialect.ended
 
 
-def test_g722_without_its_codec_package_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "G722", None)  # an import of G722 fails
-    with pytest.raises(ProtocolError) as refused:
-        TelnyxCarrier().parse(_start_with({"encoding": "G722", "sample_rate": 16000}))
-    assert "G722" in refused.value.message and refused.value.code is ErrorCode.UNSUPPORTED_AUDIO_FORMAT
-
-
 def test_g722_both_ways() -> None:
-    g722 = pytest.importorskip("G722")
+    import G722 as g722  # a pinned dependency of the gateway
     carrier = TelnyxCarrier()
     (start,) = carrier.parse(_start_with({"encoding": "G722", "sample_rate": 8000}))
     assert isinstance(start, call.CallStart)

@@ -14,10 +14,10 @@ messages.
 from __future__ import annotations
 
 import base64
-import importlib
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
 
+import G722  # libg722 bindings (a pinned dependency)
 import numpy as np
 
 from duplex_gateway.audio.format import AudioFormat, Encoding
@@ -326,17 +326,9 @@ class _G722:
     sample_bytes = 1
 
     def __init__(self) -> None:
-        try:
-            module: Any = importlib.import_module("G722")
-        except ImportError:
-            raise ProtocolError(
-                ErrorCode.UNSUPPORTED_AUDIO_FORMAT,
-                "Telnyx codec G722 needs the G722 package (libg722), which is not installed; "
-                "stream PCMU, PCMA or L16 instead",
-            ) from None
         self.format = AudioFormat(encoding=Encoding.PCM16, rate=16_000)
-        self._decoder = module.G722(16_000, _G722_BIT_RATE, use_numpy=False)
-        self._encoder = module.G722(16_000, _G722_BIT_RATE, use_numpy=False)
+        self._decoder = G722.G722(16_000, _G722_BIT_RATE, use_numpy=False)
+        self._encoder = G722.G722(16_000, _G722_BIT_RATE, use_numpy=False)
 
     def decode(self, payload: bytes) -> bytes:
         samples = np.asarray(self._decoder.decode(payload), dtype=np.int16)
