@@ -454,7 +454,7 @@ class Connection:
             self._apply(
                 self.session.input_processed(
                     processed.pcm, processed.duration_ms, processed.windows,
-                    is_speech=chunk.is_speech, hints=chunk.hints,
+                    is_speech=chunk.is_speech, hints=chunk.hints, now=asyncio.get_running_loop().time(),
                 )
             )
             if self._closing is not None:

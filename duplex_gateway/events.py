@@ -56,6 +56,7 @@ __all__ = [
     "TextDone",
     "TranscriptDelta",
     "TranscriptDone",
+    "TurnLatency",
 ]
 
 
@@ -378,6 +379,26 @@ class PlaybackAcknowledged(ServerEvent):
     response_id: str
     played_ms: int
     produced_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnLatency(ServerEvent):
+    """Where the time from the end of the caller's speech to the reply's first audio went.
+
+    A gateway extension, sent only to clients that ask for it (``session.include``
+    with ``turn.latency``), when a reply's first audio goes out. ``stages`` are
+    ``(name, ms)`` in order: ``turn_detection`` (speech end to commit, when the
+    gateway found the turn end), then the engine's own stages where it reports them
+    (e.g. ``recognition``, ``reply``, ``speech``) or one ``engine`` stage, and
+    ``other`` for what the engine's stages do not cover.
+    """
+
+    type: ClassVar[str] = "turn.latency"
+    response_id: str
+    #: The caller's turn the reply answers; None for a reply the client asked for.
+    item_id: str | None
+    total_ms: float
+    stages: tuple[tuple[str, float], ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -25,7 +25,13 @@ from duplex_gateway import events as ev
 from duplex_gateway.audio.format import AudioFormat
 from duplex_gateway.engine import port
 from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError
-from duplex_gateway.session_config import Modality, SessionConfig, SessionKind, TurnDetectionMode
+from duplex_gateway.session_config import (
+    LATENCY_EVENT,
+    Modality,
+    SessionConfig,
+    SessionKind,
+    TurnDetectionMode,
+)
 from duplex_gateway.vad import SpeechPause, SpeechStart, SpeechStop, TurnDetector
 
 __all__ = [
@@ -259,6 +265,14 @@ class _Response:
     audio_ms: float = 0.0
     #: When its first audio reached the session (the caller starts hearing it then).
     first_audio_at: float | None = None
+    #: When the gateway asked for it (the turn's commit, or ``response.create``).
+    requested_at: float | None = None
+    #: The caller's turn it answers, and how long after the end of that turn's speech
+    #: the gateway's turn detection committed it (None: the client or engine ended it).
+    turn_item_id: str | None = None
+    detection_ms: float | None = None
+    #: The engine's own account of its time (:class:`port.EngineTimings`).
+    engine_stages: tuple[tuple[str, float], ...] = ()
     #: Transcript deltas with the reply audio produced when each arrived, so a
     #: truncated reply keeps the words the caller heard.
     transcript: list[tuple[float, str]] = field(default_factory=list)
@@ -326,6 +340,8 @@ class Session:
         # their turn for them, and where on the input clock that silence began.
         self._idle_deadline: float | None = None
         self._idle_from_ms = 0.0
+        #: The time of the input being handled (the ``now`` the I/O layer passed in).
+        self._clock: float | None = None
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -427,6 +443,7 @@ class Session:
         """Handle one client command received at ``now`` (seconds, any monotonic clock)."""
         if self.closed:
             return []
+        self._clock = now
         try:
             return self._dispatch(command, now)
         except ProtocolError as exc:
@@ -735,16 +752,20 @@ class Session:
         *,
         is_speech: bool | None = None,
         hints: Mapping[str, object] | None = None,
+        now: float | None = None,
     ) -> list[Output]:
         """Caller audio converted to the engine's format, with VAD windows ``(end_ms, probability)``.
 
         ``end_ms`` counts from the start of the session's input stream; ``is_speech``
-        and ``hints`` are the client's, for the engine.
+        and ``hints`` are the client's, for the engine; ``now`` is when it was processed
+        (the clock of :meth:`receive`; it times the replies turn detection starts).
         """
         # An empty chunk (the resampler is still filling) still moves the input
         # clock and may carry VAD windows: only its audio is absent.
         if self.closed:
             return []
+        if now is not None:
+            self._clock = now
         start_ms = self._input_ms
         self._input_ms += duration_ms
         if self._detector is None:
@@ -800,7 +821,11 @@ class Session:
             decides = td is not None and td.create_response
             outputs.extend(self._commit_turn(create_response=False, engine_decides=decides))
         else:
-            outputs.extend(self._commit_turn(create_response=self._turn_detection_creates_response()))
+            # The detector commits a silence after the speech ended: that wait is part of the reply's latency.
+            outputs.extend(self._commit_turn(
+                create_response=self._turn_detection_creates_response(),
+                detection_ms=max(0.0, self._input_ms - audio_end_ms),
+            ))
         return outputs
 
     def _turn_detection_creates_response(self) -> bool:
@@ -819,10 +844,14 @@ class Session:
         final: bool = True,
         engine_decides: bool = False,
         is_speech: bool | None = None,
+        detection_ms: float | None = None,
     ) -> list[Output]:
         item_id = self._speech_item_id or self._new_id("item")
         self._speech_item_id = None
         response = self._request_response(self.config.output_modalities) if create_response else None
+        if response is not None:
+            response.turn_item_id = item_id
+            response.detection_ms = detection_ms
         call = CommitInput(
             item_id=item_id, response_id=response.id if response else None, final=final,
             engine_decides=engine_decides, is_speech=is_speech,
@@ -875,7 +904,7 @@ class Session:
         """A new reply, owned from now on: cancel, clear and barge-in reach it before the engine starts it."""
         assert self._response is None
         self._idle_deadline = None
-        response = _Response(id=self._new_id("resp"), modalities=modalities)
+        response = _Response(id=self._new_id("resp"), modalities=modalities, requested_at=self._clock)
         self._response = response
         return response
 
@@ -888,6 +917,7 @@ class Session:
 
     def tick(self, now: float) -> list[Output]:
         """Time has passed: fire what :attr:`next_timer` announced, if it is due."""
+        self._clock = now
         deadline = self._idle_deadline
         if self.closed or deadline is None or now < deadline:
             return []
@@ -924,8 +954,14 @@ class Session:
         """
         if self.closed:
             return []
+        if now is not None:
+            self._clock = now
         if isinstance(event, port.EngineResponseStarted):
             return self._response_started(event.response_id)
+        if isinstance(event, port.EngineTimings):
+            if self._response is not None and self._response.id == event.response_id:
+                self._response.engine_stages = event.stages
+            return []
         if isinstance(event, port.EngineAudio | port.EngineTranscript | port.EngineText):
             return self._response_output(event, now)
         if isinstance(event, port.EngineResponseDone):
@@ -1023,7 +1059,10 @@ class Session:
             # The engine moved on to a reply of its own: stop the one it left behind.
             outputs.extend(self._cancel("superseded"))
         # A reply the engine started by itself (its own turn detection).
-        response = _Response(id=response_id, modalities=self.config.output_modalities)
+        response = _Response(
+            id=response_id, modalities=self.config.output_modalities, requested_at=self._clock,
+            turn_item_id=self._last_caller_item(),
+        )
         self._response = response
         outputs.append(ev.ResponseCreated(response_id=response_id))
         outputs.extend(self._open_reply_item(response))
@@ -1062,6 +1101,7 @@ class Session:
                 return outputs
             if response.first_audio_at is None:
                 response.first_audio_at = now
+                outputs.extend(self._latency(response))
             ms = len(event.pcm) * 1000.0 / (2 * self.capabilities.output_rate)
             response.audio_ms += ms
             record = self._items.get(iid)
@@ -1077,6 +1117,28 @@ class Session:
             response.text.append(event.delta)
             outputs.append(ev.TextDelta(response_id=rid, item_id=iid, delta=event.delta))
         return outputs
+
+    def _latency(self, response: _Response) -> list[Output]:
+        """The reply's first audio is out: where its time went, for clients that asked."""
+        if LATENCY_EVENT not in self.config.include:
+            return []
+        if response.requested_at is None or response.first_audio_at is None:
+            return []
+        detection = response.detection_ms
+        engine_ms = max(0.0, (response.first_audio_at - response.requested_at) * 1000.0)
+        stages: list[tuple[str, float]] = []
+        if detection is not None:
+            stages.append(("turn_detection", round(detection, 1)))
+        if response.engine_stages:
+            stages.extend((name, round(ms, 1)) for name, ms in response.engine_stages)
+            covered = sum(ms for _, ms in response.engine_stages)
+            stages.append(("other", round(max(0.0, engine_ms - covered), 1)))
+        else:
+            stages.append(("engine", round(engine_ms, 1)))
+        total = round((detection or 0.0) + engine_ms, 1)
+        return [ev.TurnLatency(
+            response_id=response.id, item_id=response.turn_item_id, total_ms=total, stages=tuple(stages)
+        )]
 
     # -- ending responses ---------------------------------------------------------------
 

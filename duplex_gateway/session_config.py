@@ -15,13 +15,18 @@ from duplex_gateway.audio.format import AudioFormat, Encoding
 from duplex_gateway.errors import ErrorCode, ProtocolError
 
 __all__ = [
+    "INCLUDABLE",
+    "LATENCY_EVENT",
     "UNSET",
     "VLLM_OMNI_FIELDS",
+    "FunctionTool",
     "InputTranscription",
     "Modality",
     "SessionConfig",
     "SessionKind",
     "SessionPatch",
+    "ToolChoice",
+    "ToolChoiceMode",
     "TurnDetection",
     "TurnDetectionMode",
 ]
@@ -54,6 +59,13 @@ VLLM_OMNI_FIELDS = (
 )
 
 
+#: ``session.include`` value that asks for a ``turn.latency`` event per reply (a gateway extension).
+LATENCY_EVENT = "turn.latency"
+#: What ``session.include`` may name: OpenAI's transcription log-probabilities (accepted; the
+#: engines report none) and the gateway's latency breakdown.
+INCLUDABLE = ("item.input_audio_transcription.logprobs", LATENCY_EVENT)
+
+
 class TurnDetectionMode(enum.StrEnum):
     SERVER_VAD = "server_vad"
     SEMANTIC_VAD = "semantic_vad"
@@ -84,6 +96,38 @@ class InputTranscription:
 class Modality(enum.StrEnum):
     AUDIO = "audio"
     TEXT = "text"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FunctionTool:
+    """A function the client offers the model (``session.tools`` / ``response.tools``).
+
+    ``parameters`` is the function's JSON Schema as the client sent it.
+    """
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, object] = field(default_factory=dict)
+
+
+class ToolChoiceMode(enum.StrEnum):
+    AUTO = "auto"
+    NONE = "none"
+    REQUIRED = "required"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolChoice:
+    """How the model may use the tools: ``auto``, ``none``, ``required``, or one named function."""
+
+    mode: ToolChoiceMode = ToolChoiceMode.AUTO
+    #: A function the reply must call (OpenAI's ``{"type": "function", "name": ...}``); mode is REQUIRED.
+    function: str | None = None
+
+    @property
+    def forces_call(self) -> bool:
+        """The reply must call a tool."""
+        return self.mode is ToolChoiceMode.REQUIRED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,6 +183,11 @@ class SessionConfig:
     turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
     input_transcription: InputTranscription | None = None
     speed: float = 1.0
+    #: Functions the model may call, and how it may use them.
+    tools: tuple[FunctionTool, ...] = ()
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    #: Extra server events the client asked for (``session.include``), e.g. ``turn.latency``.
+    include: tuple[str, ...] = ()
     #: vLLM-Omni's ``extra_body.auto_response``: a commit that names no ``response_create``
     #: is answered, as vLLM-Omni's server answers it (its ``DuplexClient`` turns it on).
     auto_response: bool = False
@@ -186,6 +235,9 @@ class SessionPatch:
     turn_detection: TurnDetection | None | _Unset = UNSET
     input_transcription: InputTranscription | None | _Unset = UNSET
     speed: float | _Unset = UNSET
+    tools: tuple[FunctionTool, ...] | _Unset = UNSET
+    tool_choice: ToolChoice | _Unset = UNSET
+    include: tuple[str, ...] | _Unset = UNSET
     auto_response: bool | _Unset = UNSET
     ref_audio: str | None | _Unset = UNSET
     temperature: float | None | _Unset = UNSET

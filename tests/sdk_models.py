@@ -24,6 +24,8 @@ EXTENSION_EVENTS = frozenset(
     {
         "playback.acknowledged", "session.heartbeat_ack", "session.closed", "session.resumed",
         "session.replaced", "session.resync_required",
+        # The gateway's latency breakdown, sent only to a client that asked (``session.include``).
+        "turn.latency",
     }
 )
 

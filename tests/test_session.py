@@ -1024,3 +1024,52 @@ def test_chunk_hints_and_formats() -> None:
     assert s.input_processed(pcm(20), 20, is_speech=False, hints={"rms": 0.0}) == [
         AppendAudio(pcm=pcm(20), is_speech=False, hints={"rms": 0.0})
     ]
+
+
+# -- the per-reply latency breakdown (session.include: turn.latency) -------------------------
+
+LATENCY_VAD = replace(VAD, include=("turn.latency",))
+
+
+def test_latency_breakdown_from_speech_end_to_first_audio_with_the_engines_stages() -> None:
+    s = make(LATENCY_VAD)
+    feed(s, 0, 320, 0.95)
+    windows = [(end, 0.01) for end in range(320 + 32, 640 + 1, 32)]
+    out = s.input_processed(pcm(320), 320.0, windows, now=100.0)
+    created = only(out, ev.ResponseCreated)[0]
+    committed = only(out, ev.InputAudioCommitted)[0]
+    stopped = only(out, ev.SpeechStopped)[0]
+    start_response(s, created.response_id)
+    s.engine_event(port.EngineTimings(response_id=created.response_id, stages=(
+        ("recognition", 100.0), ("reply", 5.0), ("speech", 200.0),
+    )))
+    out = s.engine_event(port.EngineAudio(response_id=created.response_id, pcm=pcm(20)), now=100.4)
+    latency = only(out, ev.TurnLatency)
+    assert len(latency) == 1
+    report = latency[0]
+    assert report.response_id == created.response_id and report.item_id == committed.item_id
+    detection = 640 - stopped.audio_end_ms  # the silence the detector waited for
+    assert report.stages == (
+        ("turn_detection", pytest.approx(detection)), ("recognition", 100.0), ("reply", 5.0),
+        ("speech", 200.0), ("other", pytest.approx(95.0)),
+    )
+    assert report.total_ms == pytest.approx(detection + 400.0)
+    # Once per reply: later audio reports nothing more.
+    later = s.engine_event(port.EngineAudio(response_id=created.response_id, pcm=pcm(20)), now=100.5)
+    assert only(later, ev.TurnLatency) == []
+
+
+def test_latency_of_a_client_requested_reply_is_the_engines_and_off_unless_asked() -> None:
+    s = make(replace(MANUAL, include=("turn.latency",)))
+    created = only(s.receive(cmd.ResponseCreate(), now=5.0), ev.ResponseCreated)[0]
+    start_response(s, created.response_id)
+    out = s.engine_event(port.EngineAudio(response_id=created.response_id, pcm=pcm(20)), now=5.25)
+    (report,) = only(out, ev.TurnLatency)
+    assert report.item_id is None
+    assert report.stages == (("engine", pytest.approx(250.0)),) and report.total_ms == pytest.approx(250.0)
+
+    plain = make(MANUAL)
+    created = only(plain.receive(cmd.ResponseCreate(), now=5.0), ev.ResponseCreated)[0]
+    start_response(plain, created.response_id)
+    out = plain.engine_event(port.EngineAudio(response_id=created.response_id, pcm=pcm(20)), now=5.25)
+    assert only(out, ev.TurnLatency) == []

@@ -43,18 +43,20 @@ from duplex_gateway.commands import (
     SessionUpdate,
     TurnSignal,
 )
-from duplex_gateway.dialects.realtime_session import (
+from duplex_gateway.dialects.fields import (
     as_int,
     as_ms,
     as_object,
     as_str,
-    encoding_for_name,
     get_field,
     invalid,
     is_missing,
     join,
     opt_object,
     opt_str,
+)
+from duplex_gateway.dialects.realtime_session import (
+    encoding_for_name,
     parse_modalities,
     parse_session_patch,
     sample_rate,
@@ -104,6 +106,7 @@ from duplex_gateway.events import (
     TextDone,
     TranscriptDelta,
     TranscriptDone,
+    TurnLatency,
 )
 
 __all__ = [
@@ -657,6 +660,12 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
         "action": e.action,
         "reason": e.reason,
         "metadata": {},
+    },
+    TurnLatency: lambda e, beta, sid: {
+        "response_id": e.response_id,
+        "item_id": e.item_id,
+        "total_ms": e.total_ms,
+        "stages": [{"name": name, "ms": ms} for name, ms in e.stages],
     },
     HeartbeatAck: lambda e, beta, sid: {"session_id": e.session_id},
     SessionClosed: lambda e, beta, sid: {"session_id": e.session_id, "reason": e.reason},

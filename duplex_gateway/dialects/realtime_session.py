@@ -18,17 +18,35 @@ vLLM-Omni's own session fields (``ref_audio``, ``temperature``, ``max_output_tok
 ``max_tokens``, ``overlap_*``, ``playback_commit_policy``, ``idle_timeout_s``,
 ``initial_user_text``, ``use_tts_template``, noise reduction and the whole ``extra_body``)
 are read into the configuration for the engines that take them. Keys this gateway does
-not use (``tools``, ``tracing`` ...) are ignored. Everything here is pure: no I/O, no clock. The small typed field readers
+not use (``tracing`` ...) are ignored. Everything here is pure: no I/O, no clock. The small typed field readers
 at the top are shared with :mod:`duplex_gateway.dialects.realtime`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from duplex_gateway.audio.format import MAX_RATE, MIN_RATE, AudioFormat, Encoding
+from duplex_gateway.dialects.fields import (
+    JsonObject,
+    as_bool,
+    as_int,
+    as_ms,
+    as_number,
+    as_object,
+    as_str,
+    invalid,
+    join,
+    opt_object,
+)
+from duplex_gateway.dialects.realtime_tools import (
+    parse_include,
+    parse_tool_choice,
+    parse_tools,
+    tool_choice_object,
+    tool_object,
+)
 from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.session_config import (
     VLLM_OMNI_FIELDS,
@@ -54,110 +72,9 @@ __all__ = [
     "wire_value",
 ]
 
-JsonObject = dict[str, object]
-_MISSING: Any = object()
 
 MIN_SPEED = 0.25
 MAX_SPEED = 1.5
-
-
-# ---- typed field readers (shared with the event parser) ----
-
-
-def invalid(param: str, message: str, code: ErrorCode = ErrorCode.INVALID_VALUE) -> ProtocolError:
-    return ProtocolError(code, message, param=param)
-
-
-def join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def get_field(obj: Mapping[str, object], key: str, path: str, *, required: bool) -> object:
-    """``obj[key]``; :data:`_MISSING` when absent (MISSING_FIELD if ``required``)."""
-    if key in obj:
-        return obj[key]
-    if required:
-        raise invalid(join(path, key), f"missing required field '{join(path, key)}'", ErrorCode.MISSING_FIELD)
-    return _MISSING
-
-
-def is_missing(value: object) -> bool:
-    return value is _MISSING
-
-
-def as_str(value: object, param: str, *, nonempty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise invalid(param, f"'{param}' must be a string")
-    if nonempty and not value:
-        raise invalid(param, f"'{param}' must not be empty")
-    return value
-
-
-def opt_str(obj: Mapping[str, object], key: str, path: str) -> str | None:
-    """An optional string field: absent or null gives ``None``."""
-    value = get_field(obj, key, path, required=False)
-    if is_missing(value) or value is None:
-        return None
-    return as_str(value, join(path, key))
-
-
-def as_bool(value: object, param: str) -> bool:
-    if not isinstance(value, bool):
-        raise invalid(param, f"'{param}' must be a boolean")
-    return value
-
-
-def as_number(value: object, param: str) -> float:
-    """A finite JSON number (booleans are not numbers)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise invalid(param, f"'{param}' must be a number")
-    try:
-        number = float(value)
-    except OverflowError:  # an integer too large for a float
-        raise invalid(param, f"'{param}' is out of range") from None
-    if not math.isfinite(number):
-        raise invalid(param, f"'{param}' must be a finite number")
-    return number
-
-
-def as_int(value: object, param: str, *, minimum: int | None = None) -> int:
-    """A whole number (an integral float such as ``3.0`` is accepted)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise invalid(param, f"'{param}' must be an integer")
-    if isinstance(value, float):
-        if not math.isfinite(value) or not value.is_integer():
-            raise invalid(param, f"'{param}' must be an integer")
-        value = int(value)
-    if minimum is not None and value < minimum:
-        raise invalid(param, f"'{param}' must be >= {minimum}")
-    return value
-
-
-def as_ms(value: object, param: str) -> int:
-    """A non-negative duration in milliseconds; fractions are rounded down."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise invalid(param, f"'{param}' must be a number of milliseconds")
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise invalid(param, f"'{param}' must be a finite number of milliseconds")
-        value = math.floor(value)
-    if value < 0:
-        raise invalid(param, f"'{param}' must be >= 0")
-    return value
-
-
-def as_object(value: object, param: str) -> Mapping[str, object]:
-    if not isinstance(value, dict):
-        raise invalid(param, f"'{param}' must be an object")
-    return value
-
-
-def opt_object(obj: Mapping[str, object], key: str, path: str) -> Mapping[str, object] | None:
-    """An optional nested object: absent or null gives ``None``."""
-    value = get_field(obj, key, path, required=False)
-    if is_missing(value) or value is None:
-        return None
-    return as_object(value, join(path, key))
 
 
 # ---- audio formats ----
@@ -409,6 +326,12 @@ def parse_session_patch(session: Mapping[str, object], path: str = "session") ->
         # vLLM-Omni's own test (``extra.get("auto_response") is True``): anything else is off.
         patch["auto_response"] = extra_body.get("auto_response") is True
     patch.update(_omni_fields(session, ain, path, in_path))
+    if "tools" in session:
+        patch["tools"] = parse_tools(session["tools"], join(path, "tools"))
+    if "tool_choice" in session:
+        patch["tool_choice"] = parse_tool_choice(session["tool_choice"], join(path, "tool_choice"))
+    if "include" in session:
+        patch["include"] = parse_include(session["include"], join(path, "include"))
     return SessionPatch(**patch)
 
 
@@ -590,6 +513,11 @@ def session_payload(
             audio = payload["audio"]
             assert isinstance(audio, dict)
             audio["input"]["noise_reduction"] = dict(config.noise_reduction)
+    if config.kind is SessionKind.REALTIME:
+        payload["tools"] = [tool_object(tool) for tool in config.tools]
+        payload["tool_choice"] = tool_choice_object(config.tool_choice)
+    if config.include:
+        payload["include"] = list(config.include)
     if capabilities:
         payload["capabilities"] = {key: wire_value(value) for key, value in capabilities}
     return payload

@@ -34,6 +34,7 @@ __all__ = [
     "EngineSpeechStarted",
     "EngineSpeechStopped",
     "EngineText",
+    "EngineTimings",
     "EngineTranscript",
     "EngineTurnCommitted",
     "EngineUnavailable",
@@ -135,6 +136,20 @@ class EngineResponseDone(EngineEvent):
     response_id: str
     status: str = "completed"  # completed | cancelled | failed
     reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineTimings(EngineEvent):
+    """Where a reply's time went inside the engine, up to its first audio.
+
+    ``stages`` are ``(name, ms)`` in order, e.g. ``recognition``, ``reply``,
+    ``speech``; sent before the reply's first :class:`EngineAudio`. Optional:
+    engines that cannot tell their stages apart send none.
+    """
+
+    type: ClassVar[str] = "response.timings"
+    response_id: str
+    stages: tuple[tuple[str, float], ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -92,14 +92,17 @@ from duplex_gateway.events import (
     TextDone,
     TranscriptDelta,
     TranscriptDone,
+    TurnLatency,
 )
 from duplex_gateway.session_config import (
     UNSET,
+    FunctionTool,
     InputTranscription,
     Modality,
     SessionConfig,
     SessionKind,
     SessionPatch,
+    ToolChoice,
     TurnDetection,
     TurnDetectionMode,
 )
@@ -182,6 +185,8 @@ def test_session_update_ga_shape() -> None:
         ),
         input_transcription=InputTranscription(),
         noise_reduction={"type": "near_field"},
+        tools=(FunctionTool(name="f"),),
+        tool_choice=ToolChoice(),
     )
 
 
@@ -310,7 +315,8 @@ def test_vllm_omni_session_fields_are_read_and_echoed() -> None:
 
 def test_session_update_empty_and_unknown_keys_change_nothing() -> None:
     assert patch_of({}) == SessionPatch()
-    assert patch_of({"tools": [], "tracing": None, "whatever": [1]}) == SessionPatch()
+    assert patch_of({"tracing": None, "whatever": [1]}) == SessionPatch()
+    assert patch_of({"tools": []}) == SessionPatch(tools=())
     patch = patch_of({"instructions": None})
     assert patch.instructions == ""
     assert patch.turn_detection is UNSET
@@ -1143,6 +1149,10 @@ SAMPLES: list[ServerEvent] = [
     SessionResumed(session_id="sess_1", config=CONFIG, resume_token="tok"),
     SessionReplaced(session_id="sess_1", attachment_generation=1),
     SessionResyncRequired(session_id="sess_1"),
+    TurnLatency(
+        response_id="resp_1", item_id="item_1", total_ms=812.5,
+        stages=(("turn_detection", 500.0), ("recognition", 120.0), ("reply", 2.0), ("speech", 180.5), ("other", 10.0)),
+    ),
     SessionUpdated(session_id="sess_1", config=CONFIG),
     SpeechStarted(audio_start_ms=100, item_id="item_u"),
     SpeechStopped(audio_end_ms=900, item_id="item_u"),
@@ -1641,6 +1651,8 @@ def test_session_object_ga() -> None:
             },
             "output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": "v1", "speed": 1.0},
         },
+        "tools": [],
+        "tool_choice": "auto",
         "capabilities": {"barge_in": True},
     }
     updated = ga(SessionUpdated(session_id="sess_9", config=CONFIG))
@@ -1674,6 +1686,8 @@ def test_session_object_beta() -> None:
         "turn_detection": None,
         "sample_rate_hz": 8000,
         "output_sample_rate_hz": 8000,
+        "tools": [],
+        "tool_choice": "auto",
         "capabilities": {"x": [1, 2]},
     }
 
@@ -1877,3 +1891,12 @@ def test_resume_events_are_outside_the_numbered_stream_in_vllm_omni_shape() -> N
     }
     # Each still has an event id of its own.
     assert len({resumed["event_id"], replaced["event_id"], resync["event_id"]}) == 3
+
+
+def test_session_include_asks_for_the_latency_breakdown_and_refuses_unknown_names() -> None:
+    assert patch_of({"include": ["turn.latency"]}) == SessionPatch(include=("turn.latency",))
+    with pytest.raises(ProtocolError) as refused:
+        patch_of({"include": ["everything"]})
+    assert refused.value.code is ErrorCode.INVALID_VALUE and refused.value.param == "session.include[0]"
+    wire = ga(SessionUpdated(session_id="s", config=SessionConfig(include=("turn.latency",))))
+    assert wire["session"]["include"] == ["turn.latency"]  # type: ignore[index]

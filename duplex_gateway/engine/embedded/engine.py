@@ -322,8 +322,12 @@ class EmbeddedSession(port.EngineSession):
             # Announce the reply at once: the gateway then treats it as active
             # (a barge-in cancels it) while the turn is still being transcribed.
             await self._events.put(port.EngineResponseStarted(response_id=response_id))
+            clock = asyncio.get_running_loop().time
+            started = clock()
             heard = await self._heard(source)
+            recognised = clock()
             text = engine.responder.reply(heard, now=engine.now())
+            replied = clock()
             rate = engine.capabilities.output_rate
             chunk_bytes = max(2, rate * engine.chunk_ms // 1000 * 2)
             pacer = _Pacer(engine.pace, engine.lead_ms / 1000.0)
@@ -333,6 +337,12 @@ class EmbeddedSession(port.EngineSession):
                 # pacing, the next sentence is only made when the listener is
                 # about to need it, so an interrupted reply wastes little work.
                 pcm = await engine.run(Priority.SPEECH, engine.models.voice.synthesize, sentence, speed=self._speed)
+                if index == 0:
+                    await self._events.put(port.EngineTimings(response_id=response_id, stages=(
+                        ("recognition", (recognised - started) * 1000.0),
+                        ("reply", (replied - recognised) * 1000.0),
+                        ("speech", (clock() - replied) * 1000.0),
+                    )))
                 delta = sentence if index == 0 else f" {sentence}"
                 await self._events.put(port.EngineTranscript(response_id=response_id, delta=delta))
                 for offset in range(0, len(pcm), chunk_bytes):
