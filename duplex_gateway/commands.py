@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from duplex_gateway.audio.format import Encoding
-from duplex_gateway.session_config import Modality, SessionPatch
+from duplex_gateway.session_config import FunctionTool, Modality, SessionPatch, ToolChoice
 
 __all__ = [
     "BargeIn",
@@ -27,6 +27,7 @@ __all__ = [
     "InputAudioCommit",
     "InputCancel",
     "InputTextAppend",
+    "ItemSpec",
     "OutputAudioClear",
     "PlaybackAck",
     "ResponseCancel",
@@ -122,12 +123,42 @@ class TurnSignal(Command):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ItemSpec:
+    """A conversation item as the client describes it (``conversation.item.create``, ``response.input``).
+
+    ``kind``: ``message`` (``role``, ``text``), ``function_call`` (``call_id``, ``name``,
+    ``arguments``), ``function_call_output`` (``call_id``, ``output``), or
+    ``item_reference`` (``item_id`` names an item already in the conversation).
+    """
+
+    kind: str = "message"
+    item_id: str | None = None
+    role: str = "user"
+    text: str = ""
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ResponseCreate(Command):
-    """Ask for a reply now; ``instructions``/``output_modalities`` override the session's for it."""
+    """Ask for a reply now; every field but ``metadata`` overrides the session's setting for this reply."""
 
     type: ClassVar[str] = "response.create"
     instructions: str | None = None
     output_modalities: tuple[Modality, ...] | None = None
+    tools: tuple[FunctionTool, ...] | None = None
+    tool_choice: ToolChoice | None = None
+    voice: str | None = None
+    #: None: the session's limit (also for the wire's ``"inf"``).
+    max_output_tokens: int | None = None
+    #: ``conversation: "none"``: an out-of-band reply, not added to the conversation.
+    out_of_band: bool = False
+    #: The reply's own context instead of the conversation (``[]``: none at all).
+    input: tuple[ItemSpec, ...] | None = None
+    #: Echoed on ``response.created`` and ``response.done``.
+    metadata: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,13 +169,19 @@ class ResponseCancel(Command):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConversationItemCreate(Command):
-    """A message added to the conversation by the client (text content only)."""
+    """An item the client added to the conversation: a text message, or a function call or its output."""
 
     type: ClassVar[str] = "conversation.item.create"
     item_id: str | None
     role: str
     text: str
     previous_item_id: str | None = None
+    #: ``message``, ``function_call`` or ``function_call_output`` (see :class:`ItemSpec`).
+    kind: str = "message"
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable
 from duplex_gateway.engine import port
 from duplex_gateway.session import (
     AckPlayback,
+    AddFunctionCall,
+    AddFunctionOutput,
     AddItem,
     AppendAudio,
     AppendText,
@@ -158,7 +160,18 @@ class EngineLink:
         if isinstance(call, DeleteItem):
             return session.delete_item(call.item_id)
         if isinstance(call, StartResponse):
-            return session.create_response(response_id=call.response_id, instructions=call.instructions)
+            return session.create_response(
+                response_id=call.response_id, instructions=call.instructions, options=call.options
+            )
+        if isinstance(call, AddFunctionCall):
+            return session.add_function_call(
+                item_id=call.item_id, call_id=call.call_id, name=call.name, arguments=call.arguments,
+                previous_item_id=call.previous_item_id,
+            )
+        if isinstance(call, AddFunctionOutput):
+            return session.add_function_output(
+                item_id=call.item_id, call_id=call.call_id, output=call.output, previous_item_id=call.previous_item_id
+            )
         if isinstance(call, CancelResponse):
             return session.cancel_response(call.response_id)
         if isinstance(call, BargeInEngine):

@@ -7,6 +7,7 @@ Audio travels as raw bytes here; the realtime dialect base64-encodes it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -26,6 +27,8 @@ __all__ = [
     "ConversationItemTruncated",
     "DtmfReceived",
     "ErrorEvent",
+    "FunctionCallArgumentsDelta",
+    "FunctionCallArgumentsDone",
     "HeartbeatAck",
     "InputAudioCleared",
     "InputAudioCommitted",
@@ -62,14 +65,19 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConversationItem:
-    """One message in the conversation, as the client sees it."""
+    """One item of the conversation, as the client sees it: a message, a function call or its output."""
 
     id: str
-    role: str  # "user" | "assistant" | "system"
+    role: str  # "user" | "assistant" | "system"; "assistant" for a function call, "tool" for its output
     status: str = "completed"  # "in_progress" | "completed" | "incomplete"
     content_type: str = "input_audio"  # "input_audio" | "input_text" | "audio" | "text" | "output_text"
     transcript: str | None = None
     text: str | None = None
+    kind: str = "message"  # "message" | "function_call" | "function_call_output"
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -233,6 +241,10 @@ class InputTranscriptionFailed(ServerEvent):
 class ResponseCreated(ServerEvent):
     type: ClassVar[str] = "response.created"
     response_id: str
+    #: The client's ``metadata`` for the reply, echoed.
+    metadata: Mapping[str, str] | None = None
+    #: Out of band (``conversation: "none"``): not part of the conversation.
+    out_of_band: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -325,6 +337,33 @@ class ResponseDone(ServerEvent):
     reason: str | None = None
     output: tuple[ConversationItem, ...] = ()
     audio_ms: int = 0
+    metadata: Mapping[str, str] | None = None
+    out_of_band: bool = False
+    #: The caller audio the reply answered (ms), and the engine's token counts where it keeps them.
+    input_audio_ms: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FunctionCallArgumentsDelta(ServerEvent):
+    type: ClassVar[str] = "response.function_call_arguments.delta"
+    response_id: str
+    item_id: str
+    output_index: int
+    call_id: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FunctionCallArgumentsDone(ServerEvent):
+    type: ClassVar[str] = "response.function_call_arguments.done"
+    response_id: str
+    item_id: str
+    output_index: int
+    call_id: str
+    name: str
+    arguments: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

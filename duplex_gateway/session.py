@@ -25,11 +25,15 @@ from duplex_gateway import events as ev
 from duplex_gateway.audio.format import AudioFormat
 from duplex_gateway.engine import port
 from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError
+from duplex_gateway.reply_options import check_session_tools, reply_options
 from duplex_gateway.session_config import (
     LATENCY_EVENT,
+    FunctionTool,
     Modality,
     SessionConfig,
     SessionKind,
+    ToolChoice,
+    ToolChoiceMode,
     TurnDetectionMode,
 )
 from duplex_gateway.vad import SpeechPause, SpeechStart, SpeechStop, TurnDetector
@@ -37,6 +41,8 @@ from duplex_gateway.vad import SpeechPause, SpeechStart, SpeechStop, TurnDetecto
 __all__ = [
     "AckPlayback",
     "AcknowledgeEvents",
+    "AddFunctionCall",
+    "AddFunctionOutput",
     "AddItem",
     "AppendAudio",
     "AppendText",
@@ -64,6 +70,8 @@ __all__ = [
 MAX_ITEMS = 256
 #: Ids of cancelled responses remembered so a late engine start is fenced.
 MAX_FENCED_IDS = 64
+#: Out-of-band replies one session may have in progress at once.
+MAX_SIDE_RESPONSES = 4
 #: Audio kept before speech onset so the turn includes its prefix padding,
 #: plus room for the detector's confirmation delay.
 _RING_SLACK_MS = 400
@@ -175,6 +183,27 @@ class AddItem(EngineCall):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AddFunctionCall(EngineCall):
+    """A function call the client put into the conversation (replayed history)."""
+
+    item_id: str
+    call_id: str
+    name: str
+    arguments: str
+    previous_item_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddFunctionOutput(EngineCall):
+    """What the client's function returned, for the engine's next reply."""
+
+    item_id: str
+    call_id: str
+    output: str
+    previous_item_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteItem(EngineCall):
     item_id: str
 
@@ -183,6 +212,8 @@ class DeleteItem(EngineCall):
 class StartResponse(EngineCall):
     response_id: str
     instructions: str | None
+    #: The reply's own options (``response.create``); None: the session's settings.
+    options: port.ResponseOptions | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -257,11 +288,36 @@ class _Phase(enum.Enum):
 
 
 @dataclass(slots=True)
+class _Call:
+    """A function call a reply is making."""
+
+    item_id: str
+    call_id: str
+    name: str
+    output_index: int
+    arguments: list[str] = field(default_factory=list)
+    #: Its final form, once the call is complete (or cut short).
+    item: ev.ConversationItem | None = None
+
+
+@dataclass(slots=True)
 class _Response:
     id: str
     modalities: tuple[Modality, ...]
     phase: _Phase = _Phase.REQUESTED
+    #: Its spoken or written message item, opened with its first output.
     item_id: str | None = None
+    #: Where that item is among the reply's output items.
+    message_index: int = 0
+    #: The reply's output items (message and function calls), in order.
+    outputs: list[str] = field(default_factory=list)
+    calls: dict[str, _Call] = field(default_factory=dict)
+    #: ``conversation: "none"``: nothing of it enters the conversation.
+    out_of_band: bool = False
+    #: It may call a function: its message opens with its first audio or text, not when
+    #: the engine starts it, so a reply that only calls a function has no empty message.
+    may_call: bool = False
+    metadata: Mapping[str, str] | None = None
     audio_ms: float = 0.0
     #: When its first audio reached the session (the caller starts hearing it then).
     first_audio_at: float | None = None
@@ -321,6 +377,8 @@ class Session:
         self._last_item_id: str | None = None
         #: The one reply in progress, from the moment it is requested until it is done.
         self._response: _Response | None = None
+        #: Out-of-band replies in progress (``conversation: "none"``), by id; they run beside it.
+        self._side: dict[str, _Response] = {}
         # Per caller item: (words already sent as deltas, the engine's last hypothesis).
         self._partials: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self._fenced: deque[str] = deque(maxlen=MAX_FENCED_IDS)
@@ -367,6 +425,7 @@ class Session:
                 f"the {self.capabilities.name} engine cannot transcribe, so it cannot run a transcription session",
                 param="session.type",
             )
+        check_session_tools(config, self.capabilities)
         return config
 
     @staticmethod
@@ -621,18 +680,40 @@ class Session:
     def _on_response_create(self, command: cmd.ResponseCreate, now: float) -> list[Output]:
         if self.transcribing_only:
             raise self._never_replies()
-        if self.response_active:
+        if self.response_active and not command.out_of_band:
             raise ProtocolError(
                 ErrorCode.RESPONSE_ALREADY_ACTIVE,
                 f"response {self._active_id()} is still in progress; cancel it first",
             )
-        response = self._request_response(command.output_modalities or self.config.output_modalities)
+        options = reply_options(command, self.config, self.capabilities, self._find_item)
+        if command.out_of_band:
+            if len(self._side) >= MAX_SIDE_RESPONSES:
+                raise ProtocolError(
+                    ErrorCode.RESPONSE_ALREADY_ACTIVE,
+                    f"{MAX_SIDE_RESPONSES} out-of-band responses are in progress; wait for one to finish",
+                )
+            response = _Response(
+                id=self._new_id("resp"), modalities=options.modalities, requested_at=self._clock,
+                out_of_band=True, metadata=command.metadata,
+            )
+            self._side[response.id] = response
+        else:
+            response = self._request_response(options.modalities)
+            response.metadata = command.metadata
+        response.may_call = self._may_call(options.tools, options.tool_choice)
         return [
-            StartResponse(response_id=response.id, instructions=command.instructions),
-            ev.ResponseCreated(response_id=response.id),
+            StartResponse(response_id=response.id, instructions=command.instructions, options=options),
+            ev.ResponseCreated(response_id=response.id, metadata=command.metadata, out_of_band=command.out_of_band),
         ]
 
+    def _find_item(self, item_id: str) -> ev.ConversationItem | None:
+        record = self._items.get(item_id)
+        return record.item if record is not None else None
+
     def _on_response_cancel(self, command: cmd.ResponseCancel, now: float) -> list[Output]:
+        side = self._side.get(command.response_id or "")
+        if side is not None:
+            return self._cancel("client_cancelled", response=side)
         active = self._active_id()
         if active is None or (command.response_id is not None and command.response_id != active):
             raise ProtocolError(
@@ -654,6 +735,8 @@ class Session:
         return self._interrupt()
 
     def _on_item_create(self, command: cmd.ConversationItemCreate, now: float) -> list[Output]:
+        if command.kind != "message":
+            return self._on_function_item(command)
         if command.role not in ("user", "assistant", "system"):
             raise ProtocolError(ErrorCode.INVALID_VALUE, f"unknown role {command.role!r}", param="item.role")
         item_id = command.item_id or self._new_id("item")
@@ -673,6 +756,37 @@ class Session:
             previous = self._insert(record, None if after == "root" else after)
         return [
             AddItem(item_id=item_id, role=command.role, text=command.text, previous_item_id=after),
+            ev.ConversationItemAdded(item=item, previous_item_id=previous),
+            ev.ConversationItemDone(item=item, previous_item_id=previous),
+        ]
+
+    def _on_function_item(self, command: cmd.ConversationItemCreate) -> list[Output]:
+        """A function call (history) or a function's output enters the conversation."""
+        item_id = command.item_id or self._new_id("item")
+        if item_id in self._items:
+            raise ProtocolError(ErrorCode.INVALID_VALUE, f"item {item_id} already exists", param="item.id")
+        after = command.previous_item_id
+        if after is not None and after != "root" and after not in self._items:
+            raise ProtocolError(
+                ErrorCode.ITEM_NOT_FOUND, f"no item {after} to insert after", param="previous_item_id"
+            )
+        call_id = command.call_id or self._new_id("call")
+        item = ev.ConversationItem(
+            id=item_id, role=command.role, content_type="", kind=command.kind, call_id=call_id,
+            name=command.name, arguments=command.arguments, output=command.output,
+        )
+        record = _Item(item=item)
+        previous = self._remember(record) if after is None else self._insert(record, None if after == "root" else after)
+        call: EngineCall
+        if command.kind == "function_call":
+            call = AddFunctionCall(
+                item_id=item_id, call_id=call_id, name=command.name or "", arguments=command.arguments or "",
+                previous_item_id=after,
+            )
+        else:
+            call = AddFunctionOutput(item_id=item_id, call_id=call_id, output=command.output or "", previous_item_id=after)
+        return [
+            call,
             ev.ConversationItemAdded(item=item, previous_item_id=previous),
             ev.ConversationItemDone(item=item, previous_item_id=previous),
         ]
@@ -904,7 +1018,10 @@ class Session:
         """A new reply, owned from now on: cancel, clear and barge-in reach it before the engine starts it."""
         assert self._response is None
         self._idle_deadline = None
-        response = _Response(id=self._new_id("resp"), modalities=modalities, requested_at=self._clock)
+        response = _Response(
+            id=self._new_id("resp"), modalities=modalities, requested_at=self._clock,
+            may_call=self._may_call(self.config.tools, self.config.tool_choice),
+        )
         self._response = response
         return response
 
@@ -959,18 +1076,24 @@ class Session:
         if isinstance(event, port.EngineResponseStarted):
             return self._response_started(event.response_id)
         if isinstance(event, port.EngineTimings):
-            if self._response is not None and self._response.id == event.response_id:
-                self._response.engine_stages = event.stages
+            live = self._live(event.response_id)
+            if live is not None:
+                live.engine_stages = event.stages
             return []
+        if isinstance(event, port.EngineFunctionCallDelta | port.EngineFunctionCall):
+            return self._function_call(event)
         if isinstance(event, port.EngineAudio | port.EngineTranscript | port.EngineText):
             return self._response_output(event, now)
         if isinstance(event, port.EngineResponseDone):
-            response = self._response
-            if response is None or response.id != event.response_id:
+            response = self._live(event.response_id)
+            if response is None:
                 return []  # already finished on our side (cancelled): fenced
-            if event.status == "completed" and now is not None:
+            if event.status == "completed" and now is not None and not response.out_of_band:
                 self._arm_idle_timer(response, now)
-            return self._finish(event.status, event.reason)
+            return self._finish(
+                response, event.status, event.reason,
+                input_tokens=event.input_tokens, output_tokens=event.output_tokens,
+            )
         if isinstance(event, port.EngineSpeechStarted):
             if self._speech_item_id is not None:
                 return []
@@ -1048,57 +1171,135 @@ class Session:
         delta = " ".join(new)
         return [ev.InputTranscriptionDelta(item_id=item_id, delta=f" {delta}" if len(emitted) > len(new) else delta)]
 
+    def _live(self, response_id: str) -> _Response | None:
+        """The reply in progress with this id (in the conversation or out of band); None if fenced."""
+        response = self._response
+        if response is not None and response.id == response_id:
+            return response
+        return self._side.get(response_id)
+
     def _response_started(self, response_id: str) -> list[Output]:
         if response_id in self._fenced:
             return []
-        response = self._response
-        if response is not None and response.id == response_id:
-            return self._open_reply_item(response) if response.phase is _Phase.REQUESTED else []
+        live = self._live(response_id)
+        if live is not None:
+            if live.phase is _Phase.REQUESTED and live.item_id is None and not live.may_call:
+                return self._open_reply_item(live)
+            live.phase = _Phase.STREAMING
+            return []
         outputs: list[Output] = []
-        if response is not None:
+        if self._response is not None:
             # The engine moved on to a reply of its own: stop the one it left behind.
             outputs.extend(self._cancel("superseded"))
         # A reply the engine started by itself (its own turn detection).
         response = _Response(
             id=response_id, modalities=self.config.output_modalities, requested_at=self._clock,
-            turn_item_id=self._last_caller_item(),
+            turn_item_id=self._last_caller_item(), may_call=self._may_call(self.config.tools, self.config.tool_choice),
         )
         self._response = response
         outputs.append(ev.ResponseCreated(response_id=response_id))
-        outputs.extend(self._open_reply_item(response))
+        outputs.extend(self._response_started(response_id))
+        return outputs
+
+    def _may_call(self, tools: tuple[FunctionTool, ...], choice: ToolChoice) -> bool:
+        return bool(tools) and choice.mode is not ToolChoiceMode.NONE and self.capabilities.tools
+
+    def _open_output(self, response: _Response, item: ev.ConversationItem) -> list[Output]:
+        """A new output item of ``response``: announced, and (unless out of band) in the conversation."""
+        response.phase = _Phase.STREAMING
+        index = len(response.outputs)
+        response.outputs.append(item.id)
+        outputs: list[Output] = [ev.OutputItemAdded(response_id=response.id, output_index=index, item=item)]
+        if not response.out_of_band:
+            previous = self._remember(_Item(item=item, response_id=response.id))
+            outputs.append(ev.ConversationItemAdded(item=item, previous_item_id=previous))
         return outputs
 
     def _open_reply_item(self, response: _Response) -> list[Output]:
-        """The engine started ``response``: its assistant item comes into the conversation."""
-        response.phase = _Phase.STREAMING
+        """The reply's first audio or text: its assistant message item comes into the conversation."""
         item_id = self._new_id("item")
         response.item_id = item_id
+        response.message_index = len(response.outputs)
         content_type = "audio" if response.part_type == "audio" else "text"
         item = ev.ConversationItem(id=item_id, role="assistant", status="in_progress", content_type=content_type)
-        previous = self._remember(_Item(item=item, response_id=response.id))
         return [
-            ev.OutputItemAdded(response_id=response.id, output_index=0, item=item),
-            ev.ConversationItemAdded(item=item, previous_item_id=previous),
+            *self._open_output(response, item),
             ev.ContentPartAdded(
-                response_id=response.id, item_id=item_id, output_index=0, content_index=0,
+                response_id=response.id, item_id=item_id, output_index=response.message_index, content_index=0,
                 part_type=response.part_type,
             ),
         ]
 
+    def _function_call(self, event: port.EngineFunctionCallDelta | port.EngineFunctionCall) -> list[Output]:
+        """The reply calls a client function: its item, its arguments as they come, then the whole call."""
+        response = self._live(event.response_id)
+        if response is None:
+            return []  # fenced: a cancelled reply calls nothing
+        outputs: list[Output] = []
+        call = response.calls.get(event.call_id)
+        if call is None:
+            call = _Call(
+                item_id=self._new_id("item"), call_id=event.call_id, name=event.name,
+                output_index=len(response.outputs),
+            )
+            response.calls[event.call_id] = call
+            item = ev.ConversationItem(
+                id=call.item_id, role="assistant", status="in_progress", content_type="", kind="function_call",
+                call_id=call.call_id, name=call.name, arguments="",
+            )
+            outputs.extend(self._open_output(response, item))
+        if call.item is not None:
+            return outputs  # the call is complete; a late fragment changes nothing
+        if isinstance(event, port.EngineFunctionCallDelta):
+            if event.delta:
+                call.arguments.append(event.delta)
+                outputs.append(ev.FunctionCallArgumentsDelta(
+                    response_id=response.id, item_id=call.item_id, output_index=call.output_index,
+                    call_id=call.call_id, delta=event.delta,
+                ))
+            return outputs
+        if not call.arguments and event.arguments:
+            # Clients that assemble the arguments from deltas get them whole, in one.
+            outputs.append(ev.FunctionCallArgumentsDelta(
+                response_id=response.id, item_id=call.item_id, output_index=call.output_index,
+                call_id=call.call_id, delta=event.arguments,
+            ))
+        outputs.extend(self._end_call(response, call, event.arguments, "completed"))
+        return outputs
+
+    def _end_call(self, response: _Response, call: _Call, arguments: str, status: str) -> list[Output]:
+        item = ev.ConversationItem(
+            id=call.item_id, role="assistant", status=status, content_type="", kind="function_call",
+            call_id=call.call_id, name=call.name, arguments=arguments,
+        )
+        call.item = item
+        outputs: list[Output] = [
+            ev.FunctionCallArgumentsDone(
+                response_id=response.id, item_id=call.item_id, output_index=call.output_index,
+                call_id=call.call_id, name=call.name, arguments=arguments,
+            ),
+            ev.OutputItemDone(response_id=response.id, output_index=call.output_index, item=item),
+        ]
+        record = self._items.get(call.item_id)
+        if record is not None and not response.out_of_band:
+            record.item = item
+            outputs.append(ev.ConversationItemDone(item=item, previous_item_id=record.previous_id))
+        return outputs
+
     def _response_output(
         self, event: port.EngineAudio | port.EngineTranscript | port.EngineText, now: float | None = None
     ) -> list[Output]:
-        response = self._response
-        if response is None or response.id != event.response_id:
+        response = self._live(event.response_id)
+        if response is None:
             return []  # the epoch fence: nothing of a cancelled reply gets through
+        if isinstance(event, port.EngineAudio) and (response.part_type != "audio" or not event.pcm):
+            return []  # a text reply's audio is not wanted
         outputs: list[Output] = []
-        if response.item_id is None:  # output before the engine announced the reply
+        if response.item_id is None:  # the reply's first output opens its message
             outputs.extend(self._open_reply_item(response))
-        rid, iid = response.id, response.item_id
+        rid, iid, index = response.id, response.item_id, response.message_index
         assert iid is not None
         if isinstance(event, port.EngineAudio):
-            if response.part_type != "audio" or not event.pcm:
-                return outputs
             if response.first_audio_at is None:
                 response.first_audio_at = now
                 outputs.extend(self._latency(response))
@@ -1107,15 +1308,15 @@ class Session:
             record = self._items.get(iid)
             if record is not None:
                 record.produced_ms = response.audio_ms
-            outputs.append(
-                ev.AudioDelta(response_id=rid, item_id=iid, audio=event.pcm, rate=self.capabilities.output_rate)
-            )
+            outputs.append(ev.AudioDelta(
+                response_id=rid, item_id=iid, output_index=index, audio=event.pcm, rate=self.capabilities.output_rate
+            ))
         elif isinstance(event, port.EngineTranscript) and response.part_type == "audio":
             response.transcript.append((response.audio_ms, event.delta))
-            outputs.append(ev.TranscriptDelta(response_id=rid, item_id=iid, delta=event.delta))
+            outputs.append(ev.TranscriptDelta(response_id=rid, item_id=iid, output_index=index, delta=event.delta))
         else:
             response.text.append(event.delta)
-            outputs.append(ev.TextDelta(response_id=rid, item_id=iid, delta=event.delta))
+            outputs.append(ev.TextDelta(response_id=rid, item_id=iid, output_index=index, delta=event.delta))
         return outputs
 
     def _latency(self, response: _Response) -> list[Output]:
@@ -1156,26 +1357,57 @@ class Session:
         outputs.append(BargeInEngine())
         return outputs
 
-    def _cancel(self, reason: str, *, engine_call: bool = True) -> list[Output]:
-        response = self._response
+    def _cancel(self, reason: str, *, engine_call: bool = True, response: _Response | None = None) -> list[Output]:
+        """Fence and close out ``response`` (default: the reply in the conversation)."""
+        response = response or self._response
         if response is None:
             return []
-        self.epoch += 1
+        if not response.out_of_band:
+            self.epoch += 1
         self._fenced.append(response.id)
         outputs: list[Output] = []
         if engine_call:
             outputs.append(CancelResponse(response_id=response.id))
-        outputs.extend(self._finish("cancelled", reason))
+        outputs.extend(self._finish(response, "cancelled", reason))
         return outputs
 
-    def _finish(self, status: str, reason: str | None) -> list[Output]:
-        response = self._response
-        assert response is not None
-        self._response = None
-        rid, iid = response.id, response.item_id
-        if iid is None:  # ended before the engine started it: no output item exists
-            return [ev.ResponseDone(response_id=rid, status=status, reason=reason)]
-        item_status = "completed" if status == "completed" else "incomplete"
+    def _finish(
+        self,
+        response: _Response,
+        status: str,
+        reason: str | None,
+        *,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+    ) -> list[Output]:
+        if response is self._response:
+            self._response = None
+        self._side.pop(response.id, None)
+        outputs: list[Output] = []
+        items: dict[str, ev.ConversationItem] = {}
+        if response.item_id is not None:
+            message, closing = self._close_message(response, status)
+            items[message.id] = message
+            outputs.extend(closing)
+        for call in response.calls.values():
+            if call.item is None:  # cut short: what the model had written of it
+                outputs.extend(self._end_call(response, call, "".join(call.arguments), "incomplete"))
+            assert call.item is not None
+            items[call.item_id] = call.item
+        turn = self._items.get(response.turn_item_id or "")
+        outputs.append(ev.ResponseDone(
+            response_id=response.id, status=status, reason=reason,
+            output=tuple(items[item_id] for item_id in response.outputs if item_id in items),
+            audio_ms=int(response.audio_ms), metadata=response.metadata, out_of_band=response.out_of_band,
+            input_audio_ms=int(turn.produced_ms) if turn is not None else 0,
+            input_tokens=input_tokens, output_tokens=output_tokens,
+        ))
+        return outputs
+
+    def _close_message(self, response: _Response, status: str) -> tuple[ev.ConversationItem, list[Output]]:
+        """The reply's message item, complete (or cut short where the caller stopped hearing it)."""
+        rid, iid, index = response.id, response.item_id, response.message_index
+        assert iid is not None
         record = self._items.get(iid)
         if record is not None:
             record.spoken = tuple(response.transcript)
@@ -1183,39 +1415,41 @@ class Session:
         else:
             transcript = "".join(delta for _, delta in response.transcript)
         text = "".join(response.text)
+        audio = response.part_type == "audio"
         item = ev.ConversationItem(
             id=iid,
             role="assistant",
-            status=item_status,
-            content_type="audio" if response.part_type == "audio" else "text",
-            transcript=transcript if response.part_type == "audio" else None,
-            text=text if response.part_type == "text" else None,
+            status="completed" if status == "completed" else "incomplete",
+            content_type="audio" if audio else "text",
+            transcript=transcript if audio else None,
+            text=None if audio else text,
         )
         if record is not None:
             record.item = item
         outputs: list[Output] = []
-        if response.part_type == "audio":
-            outputs.append(ev.AudioDone(response_id=rid, item_id=iid))
-            outputs.append(ev.TranscriptDone(response_id=rid, item_id=iid, transcript=transcript))
+        if audio:
+            outputs.append(ev.AudioDone(response_id=rid, item_id=iid, output_index=index))
+            outputs.append(ev.TranscriptDone(response_id=rid, item_id=iid, output_index=index, transcript=transcript))
         else:
-            outputs.append(ev.TextDone(response_id=rid, item_id=iid, text=text))
+            outputs.append(ev.TextDone(response_id=rid, item_id=iid, output_index=index, text=text))
         outputs += [
             ev.ContentPartDone(
-                response_id=rid, item_id=iid, part_type=response.part_type,
-                transcript=transcript if response.part_type == "audio" else text,
+                response_id=rid, item_id=iid, output_index=index, part_type=response.part_type,
+                transcript=transcript if audio else text,
             ),
-            ev.OutputItemDone(response_id=rid, output_index=0, item=item),
-            ev.ConversationItemDone(item=item, previous_item_id=record.previous_id if record else None),
-            ev.ResponseDone(
-                response_id=rid, status=status, reason=reason, output=(item,), audio_ms=int(response.audio_ms)
-            ),
+            ev.OutputItemDone(response_id=rid, output_index=index, item=item),
         ]
-        return outputs
+        if not response.out_of_band:
+            outputs.append(ev.ConversationItemDone(item=item, previous_item_id=record.previous_id if record else None))
+        return item, outputs
 
     def _close(self, reason: str, code: CloseCode, *, engine_gone: bool = False) -> list[Output]:
         outputs: list[Output] = []
-        if self.response_active and not engine_gone:
-            outputs.extend(self._cancel("client_cancelled", engine_call=False))
+        if not engine_gone:
+            for side in list(self._side.values()):
+                outputs.extend(self._cancel("client_cancelled", engine_call=False, response=side))
+            if self.response_active:
+                outputs.extend(self._cancel("client_cancelled", engine_call=False))
         self.closed = True
         outputs.append(ev.SessionClosed(session_id=self.session_id, reason=reason))
         outputs.append(CloseSession(reason=reason, code=code))
@@ -1273,7 +1507,7 @@ class Session:
 
     def _assistant_item(self, item_id: str) -> _Item:
         record = self._items.get(item_id)
-        if record is None or record.response_id is None:
+        if record is None or record.response_id is None or record.item.kind != "message":
             raise ProtocolError(
                 ErrorCode.ITEM_NOT_FOUND, f"no assistant audio item {item_id}", param="item_id"
             )
@@ -1283,7 +1517,10 @@ class Session:
         if item_id is not None:
             return self._assistant_item(item_id)
         for record in reversed(self._items.values()):
-            if record.response_id is not None and response_id in (None, record.response_id):
+            if (
+                record.response_id is not None and record.item.kind == "message"
+                and response_id in (None, record.response_id)
+            ):
                 return record
         raise ProtocolError(
             ErrorCode.ITEM_NOT_FOUND,

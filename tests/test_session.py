@@ -32,10 +32,13 @@ from duplex_gateway.session import (
     UpdateEngine,
 )
 from duplex_gateway.session_config import (
+    FunctionTool,
     InputTranscription,
     SessionConfig,
     SessionKind,
     SessionPatch,
+    ToolChoice,
+    ToolChoiceMode,
     TurnDetection,
 )
 
@@ -1073,3 +1076,128 @@ def test_latency_of_a_client_requested_reply_is_the_engines_and_off_unless_asked
     start_response(plain, created.response_id)
     out = plain.engine_event(port.EngineAudio(response_id=created.response_id, pcm=pcm(20)), now=5.25)
     assert only(out, ev.TurnLatency) == []
+
+
+# -- function calling ---------------------------------------------------------------------
+
+TOOL_CAPS = replace(CAPS, tools=True, out_of_band=True, response_options=frozenset({"voice", "input"}))
+WEATHER = FunctionTool(name="get_weather", description="The weather in a city", parameters={"type": "object"})
+WITH_TOOLS = replace(MANUAL, tools=(WEATHER,))
+
+
+def tool_session(config: SessionConfig = WITH_TOOLS, caps: port.EngineCapabilities = TOOL_CAPS) -> Session:
+    return Session(session_id="sess_1", capabilities=caps, defaults=config, handshake=Handshake.REALTIME)
+
+
+def test_a_reply_that_calls_a_function_then_answers_with_its_output() -> None:
+    s = tool_session()
+    out = s.receive(cmd.ResponseCreate(), now=0)
+    rid = only(out, ev.ResponseCreated)[0].response_id
+    assert only(out, StartResponse)[0].options == port.ResponseOptions(tools=(WEATHER,))
+    # A reply that may call a function opens no message until it says something.
+    assert start_response(s, rid) == []
+    out = s.engine_event(port.EngineFunctionCallDelta(response_id=rid, call_id="c1", name="get_weather", delta='{"ci'))
+    assert types(out) == [
+        "response.output_item.added", "conversation.item.added", "response.function_call_arguments.delta"]
+    item_id = only(out, ev.OutputItemAdded)[0].item.id
+    s.engine_event(port.EngineFunctionCallDelta(response_id=rid, call_id="c1", name="get_weather", delta='ty": "Oslo"}'))
+    out = s.engine_event(port.EngineFunctionCall(
+        response_id=rid, call_id="c1", name="get_weather", arguments='{"city": "Oslo"}'))
+    assert types(out) == [
+        "response.function_call_arguments.done", "response.output_item.done", "conversation.item.done"]
+    done_args = only(out, ev.FunctionCallArgumentsDone)[0]
+    assert (done_args.item_id, done_args.arguments, done_args.name) == (item_id, '{"city": "Oslo"}', "get_weather")
+    out = s.engine_event(port.EngineResponseDone(response_id=rid))
+    (done,) = only(out, ev.ResponseDone)
+    assert [(i.kind, i.status, i.call_id) for i in done.output] == [("function_call", "completed", "c1")]
+    # The client runs the function and returns its output; the next reply can use it.
+    out = s.receive(cmd.ConversationItemCreate(
+        item_id=None, role="tool", text="", kind="function_call_output", call_id="c1", output='{"temp": 3}'), now=1)
+    assert types(out) == ["AddFunctionOutput", "conversation.item.added", "conversation.item.done"]
+    added = only(out, ev.ConversationItemAdded)[0]
+    assert added.previous_item_id == item_id and added.item.output == '{"temp": 3}'
+    out = s.receive(cmd.ResponseCreate(), now=2)
+    rid2 = only(out, ev.ResponseCreated)[0].response_id
+    start_response(s, rid2)
+    out = audio(s, 20, rid2)
+    assert types(out)[:2] == ["response.output_item.added", "conversation.item.added"]
+    assert only(out, ev.AudioDelta)[0].output_index == 0
+
+
+def test_a_call_cut_short_is_closed_incomplete_and_a_message_after_a_call_is_output_one() -> None:
+    s = tool_session()
+    rid = only(s.receive(cmd.ResponseCreate(), now=0), ev.ResponseCreated)[0].response_id
+    s.engine_event(port.EngineFunctionCall(response_id=rid, call_id="c1", name="get_weather", arguments="{}"))
+    out = audio(s, 20, rid)
+    assert only(out, ev.OutputItemAdded)[0].output_index == 1
+    assert only(out, ev.AudioDelta)[0].output_index == 1
+    s.engine_event(port.EngineFunctionCallDelta(response_id=rid, call_id="c2", name="get_weather", delta='{"c'))
+    out = s.receive(cmd.ResponseCancel(), now=1)
+    cut = only(out, ev.FunctionCallArgumentsDone)
+    assert [(c.call_id, c.arguments) for c in cut] == [("c2", '{"c')]
+    (done,) = only(out, ev.ResponseDone)
+    assert [(i.kind, i.status) for i in done.output] == [
+        ("function_call", "completed"), ("message", "incomplete"), ("function_call", "incomplete")]
+    # Nothing of the cancelled reply gets through afterwards.
+    assert s.engine_event(port.EngineFunctionCall(response_id=rid, call_id="c3", name="x", arguments="{}")) == []
+
+
+def test_tool_choice_required_is_refused_by_an_engine_without_tools() -> None:
+    s = make(MANUAL)
+    out = s.receive(cmd.SessionUpdate(session=SessionPatch(
+        tools=(WEATHER,), tool_choice=ToolChoice(mode=ToolChoiceMode.REQUIRED))), now=0)
+    (error,) = only(out, ev.ErrorEvent)
+    assert error.code is ErrorCode.UNSUPPORTED_BY_ENGINE and error.param == "session.tool_choice"
+    out = s.receive(cmd.ResponseCreate(tools=(WEATHER,), tool_choice=ToolChoice(
+        mode=ToolChoiceMode.REQUIRED, function="get_weather")), now=0)
+    assert only(out, ev.ErrorEvent)[0].param == "response.tool_choice"
+    # A named function that is not offered is the client's mistake, on any engine.
+    out = tool_session().receive(cmd.ResponseCreate(tool_choice=ToolChoice(
+        mode=ToolChoiceMode.REQUIRED, function="nope")), now=0)
+    assert only(out, ev.ErrorEvent)[0].code is ErrorCode.INVALID_VALUE
+    # Tools offered with "auto" are accepted: capabilities tell the client the engine calls none.
+    assert only(s.receive(cmd.ResponseCreate(tools=(WEATHER,)), now=0), ev.ResponseCreated)
+
+
+@pytest.mark.parametrize(("command", "param"), [
+    (cmd.ResponseCreate(voice="other"), "response.audio.output.voice"),
+    (cmd.ResponseCreate(max_output_tokens=10), "response.max_output_tokens"),
+    (cmd.ResponseCreate(out_of_band=True), "response.conversation"),
+    (cmd.ResponseCreate(input=()), "response.input"),
+])
+def test_reply_options_the_engine_cannot_honour_are_refused_by_name(command: cmd.ResponseCreate, param: str) -> None:
+    (error,) = only(make(MANUAL).receive(command, now=0), ev.ErrorEvent)
+    assert error.code is ErrorCode.UNSUPPORTED_BY_ENGINE and error.param == param
+
+
+def test_an_out_of_band_reply_runs_beside_the_conversations_and_stays_out_of_it() -> None:
+    s = tool_session()
+    main = only(s.receive(cmd.ResponseCreate(), now=0), ev.ResponseCreated)[0].response_id
+    start_response(s, main)
+    audio(s, 20, main)
+    out = s.receive(cmd.ResponseCreate(out_of_band=True, metadata={"job": "classify"}, input=(
+        cmd.ItemSpec(kind="item_reference", item_id="nope"),)), now=1)
+    assert only(out, ev.ErrorEvent)[0].code is ErrorCode.ITEM_NOT_FOUND
+    out = s.receive(cmd.ResponseCreate(out_of_band=True, metadata={"job": "classify"}), now=1)
+    created = only(out, ev.ResponseCreated)[0]
+    assert created.out_of_band and created.metadata == {"job": "classify"}
+    assert only(out, StartResponse)[0].options.out_of_band  # type: ignore[union-attr]
+    side = created.response_id
+    start_response(s, side)
+    out = s.engine_event(port.EngineText(response_id=side, delta="positive"))
+    assert "conversation.item.added" not in types(out) and "response.output_item.added" in types(out)
+    # The caller barges in: the conversation's reply stops, the side reply goes on.
+    out = s.receive(cmd.BargeIn(), now=2)
+    assert [d.response_id for d in only(out, ev.ResponseDone)] == [main]
+    out = s.engine_event(port.EngineResponseDone(response_id=side))
+    (done,) = only(out, ev.ResponseDone)
+    assert done.out_of_band and done.metadata == {"job": "classify"} and "conversation.item.done" not in types(out)
+    assert all(record.response_id != side for record in s._items.values())
+
+
+def test_closing_the_session_closes_out_every_reply() -> None:
+    s = tool_session()
+    only(s.receive(cmd.ResponseCreate(), now=0), ev.ResponseCreated)
+    only(s.receive(cmd.ResponseCreate(out_of_band=True), now=0), ev.ResponseCreated)
+    out = s.receive(cmd.SessionClose(), now=1)
+    assert len(only(out, ev.ResponseDone)) == 2 and types(out)[-1] == "CloseSession"

@@ -24,6 +24,7 @@ __all__ = [
     "invalid",
     "is_missing",
     "join",
+    "max_tokens",
     "opt_object",
     "opt_str",
 ]
@@ -126,3 +127,10 @@ def opt_object(obj: Mapping[str, object], key: str, path: str) -> Mapping[str, o
     if is_missing(value) or value is None:
         return None
     return as_object(value, join(path, key))
+
+
+def max_tokens(value: object, param: str) -> int | None:
+    """A token limit: a positive integer, or ``"inf"`` (None: no limit)."""
+    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", "unlimited"):
+        return None
+    return as_int(value, param, minimum=1)

@@ -52,9 +52,11 @@ from duplex_gateway.dialects.fields import (
     invalid,
     is_missing,
     join,
+    max_tokens,
     opt_object,
     opt_str,
 )
+from duplex_gateway.dialects.realtime_items import parse_item, render_item
 from duplex_gateway.dialects.realtime_session import (
     encoding_for_name,
     parse_modalities,
@@ -62,13 +64,13 @@ from duplex_gateway.dialects.realtime_session import (
     sample_rate,
     session_payload,
 )
+from duplex_gateway.dialects.realtime_tools import parse_metadata, parse_tool_choice, parse_tools
 from duplex_gateway.errors import ErrorCode, ProtocolError, error_type_for
 from duplex_gateway.events import (
     AudioDelta,
     AudioDone,
     ContentPartAdded,
     ContentPartDone,
-    ConversationItem,
     ConversationItemAdded,
     ConversationItemDeleted,
     ConversationItemDone,
@@ -76,6 +78,8 @@ from duplex_gateway.events import (
     ConversationItemTruncated,
     DtmfReceived,
     ErrorEvent,
+    FunctionCallArgumentsDelta,
+    FunctionCallArgumentsDone,
     HeartbeatAck,
     InputAudioCleared,
     InputAudioCommitted,
@@ -249,48 +253,66 @@ def _response_create(data: Mapping[str, object], event_id: str | None) -> Comman
     response = opt_object(data, "response", "")
     if response is None:
         return ResponseCreate(event_id=event_id)
-    instructions = opt_str(response, "instructions", "response")
+    path = "response"
     modalities = None
     for key in ("output_modalities", "modalities"):
         if response.get(key) is not None:
-            modalities = parse_modalities(response[key], join("response", key))
+            modalities = parse_modalities(response[key], join(path, key))
             break
-    return ResponseCreate(event_id=event_id, instructions=instructions, output_modalities=modalities)
+    conversation = response.get("conversation")
+    if conversation not in (None, "auto", "none"):
+        raise invalid(join(path, "conversation"), "'response.conversation' must be 'auto' or 'none'")
+    audio = opt_object(response, "audio", path)
+    audio_out = opt_object(audio, "output", join(path, "audio")) if audio is not None else None
+    voice = opt_str(audio_out, "voice", "response.audio.output") if audio_out is not None else None
+    voice = voice if voice is not None else opt_str(response, "voice", path)
+    limit = None
+    for key in ("max_output_tokens", "max_response_output_tokens"):
+        if response.get(key) is not None:
+            limit = max_tokens(response[key], join(path, key))
+            break
+    items = None
+    if response.get("input") is not None:
+        raw = response["input"]
+        if not isinstance(raw, list):
+            raise invalid(join(path, "input"), "'response.input' must be a list of items")
+        items = tuple(
+            parse_item(as_object(item, f"{path}.input[{index}]"), f"{path}.input[{index}]", references=True)
+            for index, item in enumerate(raw)
+        )
+    return ResponseCreate(
+        event_id=event_id,
+        instructions=opt_str(response, "instructions", path),
+        output_modalities=modalities,
+        tools=None if response.get("tools") is None else parse_tools(response["tools"], join(path, "tools")),
+        tool_choice=None if response.get("tool_choice") is None
+        else parse_tool_choice(response["tool_choice"], join(path, "tool_choice")),
+        voice=voice,
+        max_output_tokens=limit,
+        out_of_band=conversation == "none",
+        input=items,
+        metadata=None if response.get("metadata") is None
+        else parse_metadata(response["metadata"], join(path, "metadata")),
+    )
 
 
 def _response_cancel(data: Mapping[str, object], event_id: str | None) -> Command:
     return ResponseCancel(event_id=event_id, response_id=opt_str(data, "response_id", ""))
 
 
-_TEXT_PARTS = ("input_text", "text", "output_text")
-_ROLES = ("user", "assistant", "system")
-
-
 def _item_create(data: Mapping[str, object], event_id: str | None) -> Command:
-    item = as_object(get_field(data, "item", "", required=True), "item")
-    kind = item.get("type", "message")
-    if kind != "message":
-        raise invalid("item.type", "only 'message' items are supported")
-    role = as_str(get_field(item, "role", "item", required=True), "item.role")
-    if role not in _ROLES:
-        raise invalid("item.role", "'item.role' must be 'user', 'assistant' or 'system'")
-    content = get_field(item, "content", "item", required=True)
-    if not isinstance(content, list) or not content:
-        raise invalid("item.content", "'item.content' must be a non-empty list")
-    texts: list[str] = []
-    for index, part in enumerate(content):
-        path = f"item.content[{index}]"
-        part = as_object(part, path)
-        part_type = as_str(get_field(part, "type", path, required=True), join(path, "type"))
-        if part_type not in _TEXT_PARTS:
-            raise invalid(join(path, "type"), f"content type {part_type[:64]!r} is not supported (text only)")
-        texts.append(as_str(get_field(part, "text", path, required=True), join(path, "text")))
+    spec = parse_item(as_object(get_field(data, "item", "", required=True), "item"), "item")
     return ConversationItemCreate(
         event_id=event_id,
-        item_id=opt_str(item, "id", "item"),
-        role=role,
-        text="\n".join(texts),
+        item_id=spec.item_id,
+        role=spec.role,
+        text=spec.text,
         previous_item_id=opt_str(data, "previous_item_id", ""),
+        kind=spec.kind,
+        call_id=spec.call_id,
+        name=spec.name,
+        arguments=spec.arguments,
+        output=spec.output,
     )
 
 
@@ -458,61 +480,46 @@ def render_server_event(
     return wire
 
 
-def render_item(item: ConversationItem, *, beta: bool) -> JsonObject:
-    """A conversation item (``realtime.item`` message) as the wire shows it."""
-    content: list[JsonObject] = []
-    if item.role == "assistant":
-        if item.status != "in_progress" or item.transcript or item.text:
-            content.append(_assistant_part(item, beta))
-    elif item.content_type in ("input_audio", "audio", "output_audio"):
-        content.append({"type": "input_audio", "transcript": item.transcript})
-    else:
-        content.append({"type": "input_text", "text": item.text or ""})
-    return {
-        "id": item.id,
-        "object": "realtime.item",
-        "type": "message",
-        "status": item.status,
-        "role": item.role,
-        "content": content,
-    }
-
-
-def _assistant_part(item: ConversationItem, beta: bool) -> JsonObject:
-    if item.content_type in ("audio", "output_audio", "input_audio"):
-        return {"type": "audio" if beta else "output_audio", "transcript": item.transcript or ""}
-    return {"type": "text" if beta else "output_text", "text": item.text or item.transcript or ""}
-
-
 def _part(part_type: str, text: str) -> JsonObject:
     if part_type in ("audio", "output_audio"):
         return {"type": "audio", "transcript": text}
     return {"type": "text", "text": text}
 
 
-def _response(
-    response_id: str,
-    status: str,
-    *,
-    reason: str | None = None,
-    output: tuple[ConversationItem, ...] = (),
-    audio_ms: int = 0,
-    beta: bool,
-) -> JsonObject:
+def _response(event: ResponseCreated | ResponseDone, status: str, session_id: str, *, beta: bool) -> JsonObject:
+    done = event if isinstance(event, ResponseDone) else None
+    reason = done.reason if done is not None else None
     details: JsonObject | None = None
     if status not in ("completed", "in_progress") or reason is not None:
         details = {"type": status, "reason": _status_reason(status, reason)}
         if status == "failed":  # OpenAI's ``reason`` only names why a reply stopped early
             details["error"] = {"type": "server_error", "code": reason or "engine_error", "message": reason}
-    return {
+    wire: JsonObject = {
         "object": "realtime.response",
-        "id": response_id,
+        "id": event.response_id,
         "status": status,
         "status_details": details,
-        "output": [render_item(item, beta=beta) for item in output],
-        "usage": None,
-        "audio_ms": audio_ms,
+        "output": [render_item(item, beta=beta) for item in done.output] if done is not None else [],
+        "usage": _usage(done) if done is not None else None,
+        "metadata": dict(event.metadata) if event.metadata is not None else None,
     }
+    if not beta:
+        wire["conversation_id"] = None if event.out_of_band else f"conv_{session_id}"
+    wire["audio_ms"] = done.audio_ms if done is not None else 0
+    return wire
+
+
+def _usage(done: ResponseDone) -> JsonObject:
+    """What the reply used: audio seconds always, tokens where the engine counts them."""
+    usage: JsonObject = {
+        "input_audio_seconds": round(done.input_audio_ms / 1000, 3),
+        "output_audio_seconds": round(done.audio_ms / 1000, 3),
+    }
+    if done.input_tokens is not None or done.output_tokens is not None:
+        usage["input_tokens"] = done.input_tokens or 0
+        usage["output_tokens"] = done.output_tokens or 0
+        usage["total_tokens"] = (done.input_tokens or 0) + (done.output_tokens or 0)
+    return usage
 
 
 #: The reasons OpenAI's ``status_details.reason`` may hold, per status; strict clients
@@ -612,13 +619,26 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
     },
     ResponseCreated: lambda e, beta, sid: {
         "response_id": e.response_id,
-        "response": _response(e.response_id, "in_progress", beta=beta),
+        "response": _response(e, "in_progress", sid, beta=beta),
     },
     ResponseDone: lambda e, beta, sid: {
         "response_id": e.response_id,
-        "response": _response(
-            e.response_id, e.status, reason=e.reason, output=e.output, audio_ms=e.audio_ms, beta=beta
-        ),
+        "response": _response(e, e.status, sid, beta=beta),
+    },
+    FunctionCallArgumentsDelta: lambda e, beta, sid: {
+        "response_id": e.response_id,
+        "item_id": e.item_id,
+        "output_index": e.output_index,
+        "call_id": e.call_id,
+        "delta": e.delta,
+    },
+    FunctionCallArgumentsDone: lambda e, beta, sid: {
+        "response_id": e.response_id,
+        "item_id": e.item_id,
+        "output_index": e.output_index,
+        "call_id": e.call_id,
+        "name": e.name,
+        "arguments": e.arguments,
     },
     OutputItemAdded: lambda e, beta, sid: {
         "response_id": e.response_id,

@@ -38,6 +38,7 @@ from duplex_gateway.dialects.fields import (
     as_str,
     invalid,
     join,
+    max_tokens,
     opt_object,
 )
 from duplex_gateway.dialects.realtime_tools import (
@@ -349,12 +350,6 @@ def _positive(value: object, param: str) -> float:
     return number
 
 
-def _max_tokens(value: object, param: str) -> int | None:
-    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", "unlimited"):
-        return None
-    return as_int(value, param, minimum=1)
-
-
 _OMNI_READERS: tuple[tuple[str, str, Any], ...] = (
     ("ref_audio", "ref_audio", lambda v, p: as_str(v, p, nonempty=True)),
     ("temperature", "temperature", _nonnegative),
@@ -381,7 +376,7 @@ def _omni_fields(
     for key in ("max_output_tokens", "max_response_output_tokens", "max_tokens"):
         if key in session:
             value = session[key]
-            fields["max_output_tokens"] = None if value is None else _max_tokens(value, join(path, key))
+            fields["max_output_tokens"] = None if value is None else max_tokens(value, join(path, key))
             break
     if ain is not None and "noise_reduction" in ain:
         source, param = ain["noise_reduction"], join(in_path, "noise_reduction")

@@ -19,7 +19,7 @@ from duplex_gateway.session_config import (
     ToolChoiceMode,
 )
 
-__all__ = ["check_choice", "parse_include", "parse_tool_choice", "parse_tools", "tool_choice_object", "tool_object"]
+__all__ = ["check_choice", "parse_include", "parse_metadata", "parse_tool_choice", "parse_tools", "tool_choice_object", "tool_object"]
 
 #: OpenAI's limit on a function name: letters, digits, underscores and dashes, up to 64.
 _MAX_NAME = 64
@@ -119,3 +119,23 @@ def tool_choice_object(choice: ToolChoice) -> object:
     if choice.function is not None:
         return {"type": "function", "name": choice.function}
     return choice.mode.value
+
+
+#: OpenAI's bounds on ``metadata``: 16 pairs, keys up to 64 characters, values up to 512.
+_MAX_METADATA = 16
+
+
+def parse_metadata(value: object, param: str) -> dict[str, str]:
+    """A reply's ``metadata``: string pairs the gateway echoes back."""
+    pairs = as_object(value, param)
+    if len(pairs) > _MAX_METADATA:
+        raise invalid(param, f"'{param}' holds at most {_MAX_METADATA} pairs")
+    out: dict[str, str] = {}
+    for key, item in pairs.items():
+        if len(key) > 64:
+            raise invalid(param, f"metadata keys are at most 64 characters ({key[:16]!r}...)")
+        text = as_str(item, join(param, key))
+        if len(text) > 512:
+            raise invalid(join(param, key), "metadata values are at most 512 characters")
+        out[key] = text
+    return out

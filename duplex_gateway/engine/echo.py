@@ -67,7 +67,9 @@ class EchoSession(port.EngineSession):
     async def clear_input(self) -> None:
         self._turn.clear()
 
-    async def create_response(self, *, response_id: str, instructions: str | None) -> None:
+    async def create_response(
+        self, *, response_id: str, instructions: str | None, options: port.ResponseOptions | None = None
+    ) -> None:
         await self._stop_reply()
         self._reply_id = response_id
         self._reply = asyncio.create_task(self._speak(response_id, self._last_turn), name=f"echo:{response_id}")

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import abc
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.session_config import FunctionTool, Modality, SessionConfig, ToolChoice
 
 __all__ = [
+    "ContextItem",
     "Engine",
     "EngineAudio",
     "EngineCapabilities",
     "EngineClosed",
     "EngineError",
     "EngineEvent",
+    "EngineFunctionCall",
+    "EngineFunctionCallDelta",
     "EngineInputTranscript",
     "EngineInputTranscriptFailed",
     "EngineListen",
@@ -38,6 +41,7 @@ __all__ = [
     "EngineTranscript",
     "EngineTurnCommitted",
     "EngineUnavailable",
+    "ResponseOptions",
 ]
 
 
@@ -58,6 +62,15 @@ class EngineCapabilities:
     #: whether a committed turn gets a reply, reports listen / speak / overlap decisions,
     #: and takes text into a live turn (``input.text.append``) and ``turn.signal``\s.
     native_turns: bool = False
+    #: The engine's replies can call the client's functions (``session.tools``).
+    tools: bool = False
+    #: The engine can make a reply outside the conversation (``conversation: "none"``)
+    #: while another is in progress.
+    out_of_band: bool = False
+    #: The per-reply options of ``response.create`` the engine honours, beyond
+    #: ``instructions``, ``output_modalities`` and tools: ``voice``,
+    #: ``max_output_tokens``, ``input`` (a context of its own instead of the conversation).
+    response_options: frozenset[str] = frozenset()
 
     def as_pairs(self) -> tuple[tuple[str, object], ...]:
         return (
@@ -69,6 +82,9 @@ class EngineCapabilities:
             ("input_transcription", self.input_transcription),
             ("voices", list(self.voices)),
             ("native_turn_taking", self.native_turns),
+            ("function_calling", self.tools),
+            ("out_of_band_responses", self.out_of_band),
+            ("response_options", sorted(self.response_options)),
         )
 
 
@@ -87,6 +103,46 @@ class EngineRefused(Exception):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+# -- what a reply is asked to do ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextItem:
+    """A conversation item, as the context a reply is given (``response.create`` ``input``).
+
+    ``kind`` is ``message`` (``role`` and ``text``), ``function_call`` (``call_id``,
+    ``name``, ``arguments`` as JSON text) or ``function_call_output`` (``call_id``, ``output``).
+    """
+
+    id: str
+    kind: str = "message"
+    role: str = "user"
+    text: str = ""
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseOptions:
+    """How one reply is to be made: the session's settings with the reply's own overrides applied."""
+
+    modalities: tuple[Modality, ...] = (Modality.AUDIO,)
+    #: The functions the reply may call, and how.
+    tools: tuple[FunctionTool, ...] = ()
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    #: None: the session's voice.
+    voice: str | None = None
+    #: None: no limit.
+    max_output_tokens: int | None = None
+    #: ``conversation: "none"``: the reply is not part of the conversation (and may run
+    #: alongside another); engines that keep history leave it out.
+    out_of_band: bool = False
+    #: The reply's own context instead of the conversation (None: the conversation).
+    input: tuple[ContextItem, ...] | None = None
 
 
 # -- events an engine session produces ---------------------------------------
@@ -136,6 +192,36 @@ class EngineResponseDone(EngineEvent):
     response_id: str
     status: str = "completed"  # completed | cancelled | failed
     reason: str | None = None
+    #: Tokens the reply consumed and produced, for engines that count them.
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineFunctionCallDelta(EngineEvent):
+    """Part of the arguments of a function call the reply makes, as the model writes them."""
+
+    type: ClassVar[str] = "response.function_call_arguments.delta"
+    response_id: str
+    call_id: str
+    name: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineFunctionCall(EngineEvent):
+    r"""The reply calls the client's function ``name`` with ``arguments`` (JSON text, whole).
+
+    Ends the call: engines that stream arguments send :class:`EngineFunctionCallDelta`\ s
+    first, others only this. The client runs the function and adds its output
+    (:meth:`EngineSession.add_function_output`), then asks for the next reply.
+    """
+
+    type: ClassVar[str] = "response.function_call_arguments.done"
+    response_id: str
+    call_id: str
+    name: str
+    arguments: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -296,6 +382,24 @@ class EngineSession(abc.ABC):
         ``previous_item_id`` places it: after that item, first for ``"root"``, last for None.
         """
 
+    async def add_function_call(
+        self, *, item_id: str, call_id: str, name: str, arguments: str, previous_item_id: str | None = None
+    ) -> None:
+        """A function call the client put into the conversation (history it replays).
+
+        Engines that keep no conversation, or call no tools, ignore it.
+        """
+        return
+
+    async def add_function_output(
+        self, *, item_id: str, call_id: str, output: str, previous_item_id: str | None = None
+    ) -> None:
+        """What the client's function ``call_id`` returned; the next reply can use it.
+
+        Engines that call no tools ignore it.
+        """
+        return
+
     async def delete_item(self, item_id: str) -> None:
         """The client removed ``item_id`` from the conversation.
 
@@ -332,8 +436,14 @@ class EngineSession(abc.ABC):
         raise EngineRefused("unsupported_by_engine", "this engine takes no turn signals")
 
     @abc.abstractmethod
-    async def create_response(self, *, response_id: str, instructions: str | None) -> None:
-        """Start a reply now, with this id."""
+    async def create_response(
+        self, *, response_id: str, instructions: str | None, options: ResponseOptions | None = None
+    ) -> None:
+        """Start a reply now, with this id.
+
+        ``options`` (None: the session's settings) say what the reply may do; the
+        gateway only passes options the engine's capabilities claim.
+        """
 
     @abc.abstractmethod
     async def cancel_response(self, response_id: str) -> None:

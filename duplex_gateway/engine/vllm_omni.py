@@ -336,13 +336,15 @@ class VllmOmniSession(port.EngineSession):
     async def signal_turn(self, event: str, payload: Mapping[str, object]) -> None:
         await self._handle.signal_turn(event, payload)
 
-    async def create_response(self, *, response_id: str, instructions: str | None) -> None:
+    async def create_response(
+        self, *, response_id: str, instructions: str | None, options: port.ResponseOptions | None = None
+    ) -> None:
         await self._ack_unreported()
         self._pending_ids.append(response_id)
-        options: dict[str, object] = {"modalities": self._modalities()}
+        request: dict[str, object] = {"modalities": self._modalities()}
         if instructions:
-            options["instructions"] = instructions
-        await self._handle.create_response(options)
+            request["instructions"] = instructions
+        await self._handle.create_response(request)
 
     async def cancel_response(self, response_id: str) -> None:
         engine_id = self._engine_id(response_id)

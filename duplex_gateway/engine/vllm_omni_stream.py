@@ -282,7 +282,9 @@ class VllmOmniStreamSession(port.EngineSession):
         if turn.started:
             await self._abort(turn)
 
-    async def create_response(self, *, response_id: str, instructions: str | None) -> None:
+    async def create_response(
+        self, *, response_id: str, instructions: str | None, options: port.ResponseOptions | None = None
+    ) -> None:
         if self._input is None or not self._input.committed:
             await self._send_pending()  # an uncommitted live turn is answered as it stands
         await self._answer(response_id)

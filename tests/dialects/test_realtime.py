@@ -7,6 +7,7 @@ import base64
 import dataclasses
 import inspect
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from duplex_gateway.commands import (
     InputAudioCommit,
     InputCancel,
     InputTextAppend,
+    ItemSpec,
     OutputAudioClear,
     PlaybackAck,
     ResponseCancel,
@@ -62,6 +64,8 @@ from duplex_gateway.events import (
     ConversationItemTruncated,
     DtmfReceived,
     ErrorEvent,
+    FunctionCallArgumentsDelta,
+    FunctionCallArgumentsDone,
     HeartbeatAck,
     InputAudioCleared,
     InputAudioCommitted,
@@ -103,6 +107,7 @@ from duplex_gateway.session_config import (
     SessionKind,
     SessionPatch,
     ToolChoice,
+    ToolChoiceMode,
     TurnDetection,
     TurnDetectionMode,
 )
@@ -683,8 +688,8 @@ def test_append_missing_audio() -> None:
             ResponseCreate(instructions="x", output_modalities=(Modality.TEXT,)),
         ),
         (
-            {"type": "response.create", "response": {"modalities": ["audio", "text"], "voice": "v"}},
-            ResponseCreate(output_modalities=(Modality.AUDIO, Modality.TEXT)),
+            {"type": "response.create", "response": {"modalities": ["audio", "text"], "voice": "v"}},  # beta voice
+            ResponseCreate(output_modalities=(Modality.AUDIO, Modality.TEXT), voice="v"),
         ),
         (
             {"type": "conversation.item.truncate", "item_id": "i", "content_index": 0, "audio_end_ms": 1500},
@@ -769,8 +774,38 @@ def test_item_create_ids() -> None:
         ),
         (
             {"type": "conversation.item.create", "item": {"type": "function_call", "role": "user"}},
+            ErrorCode.MISSING_FIELD,
+            "item.name",
+        ),
+        (
+            {"type": "conversation.item.create", "item": {"type": "mcp_call", "role": "user"}},
             ErrorCode.INVALID_VALUE,
             "item.type",
+        ),
+        (
+            {"type": "conversation.item.create", "item": {"type": "function_call_output", "output": "{}"}},
+            ErrorCode.MISSING_FIELD,
+            "item.call_id",
+        ),
+        (
+            {"type": "response.create", "response": {"conversation": "conv_1"}},
+            ErrorCode.INVALID_VALUE,
+            "response.conversation",
+        ),
+        (
+            {"type": "response.create", "response": {"tools": [{"type": "mcp", "server_label": "x"}]}},
+            ErrorCode.UNSUPPORTED_BY_ENGINE,
+            "response.tools[0].type",
+        ),
+        (
+            {"type": "response.create", "response": {"tool_choice": "sometimes"}},
+            ErrorCode.INVALID_VALUE,
+            "response.tool_choice",
+        ),
+        (
+            {"type": "response.create", "response": {"input": [{"type": "item_reference"}]}},
+            ErrorCode.MISSING_FIELD,
+            "response.input[0].id",
         ),
         (
             {"type": "conversation.item.create", "item": {"role": "user"}},
@@ -1140,6 +1175,15 @@ CONFIG = SessionConfig(
     model="gpt-4o-realtime-preview", instructions="be kind", voice="v1", input_transcription=InputTranscription()
 )
 
+FUNCTION_CALL = ConversationItem(
+    id="item_fc", role="assistant", status="in_progress", content_type="", kind="function_call",
+    call_id="call_1", name="get_weather", arguments="",
+)
+FUNCTION_OUTPUT = ConversationItem(
+    id="item_out", role="tool", content_type="", kind="function_call_output", call_id="call_1",
+    output='{"temperature": 21}',
+)
+
 SAMPLES: list[ServerEvent] = [
     SessionCreated(
         session_id="sess_1", config=CONFIG, capabilities=(("barge_in", True), ("rates", (16000, 24000)))
@@ -1149,6 +1193,21 @@ SAMPLES: list[ServerEvent] = [
     SessionResumed(session_id="sess_1", config=CONFIG, resume_token="tok"),
     SessionReplaced(session_id="sess_1", attachment_generation=1),
     SessionResyncRequired(session_id="sess_1"),
+    FunctionCallArgumentsDelta(
+        response_id="resp_1", item_id="item_fc", output_index=0, call_id="call_1", delta='{"city": "Pa',
+    ),
+    FunctionCallArgumentsDone(
+        response_id="resp_1", item_id="item_fc", output_index=0, call_id="call_1", name="get_weather",
+        arguments='{"city": "Paris"}',
+    ),
+    OutputItemAdded(response_id="resp_1", output_index=0, item=FUNCTION_CALL),
+    OutputItemDone(response_id="resp_1", output_index=0, item=replace(FUNCTION_CALL, status="completed")),
+    ConversationItemDone(item=FUNCTION_OUTPUT, previous_item_id="item_fc"),
+    ResponseDone(
+        response_id="resp_2", status="completed", output=(replace(FUNCTION_CALL, status="completed"),),
+        metadata={"topic": "weather"}, input_audio_ms=1500, input_tokens=120, output_tokens=30,
+    ),
+    ResponseCreated(response_id="resp_3", metadata={"purpose": "classify"}, out_of_band=True),
     TurnLatency(
         response_id="resp_1", item_id="item_1", total_ms=812.5,
         stages=(("turn_detection", 500.0), ("recognition", 120.0), ("reply", 2.0), ("speech", 180.5), ("other", 10.0)),
@@ -1490,6 +1549,8 @@ def test_responses() -> None:
             "status_details": None,
             "output": [],
             "usage": None,
+            "metadata": None,
+            "conversation_id": "conv_sess_1",
             "audio_ms": 0,
         },
     }
@@ -1900,3 +1961,57 @@ def test_session_include_asks_for_the_latency_breakdown_and_refuses_unknown_name
     assert refused.value.code is ErrorCode.INVALID_VALUE and refused.value.param == "session.include[0]"
     wire = ga(SessionUpdated(session_id="s", config=SessionConfig(include=("turn.latency",))))
     assert wire["session"]["include"] == ["turn.latency"]  # type: ignore[index]
+
+
+def test_function_items_and_response_options_parse() -> None:
+    output = parse({"type": "conversation.item.create", "previous_item_id": "item_fc", "item": {
+        "type": "function_call_output", "call_id": "call_1", "output": '{"temperature": 21}'}})
+    assert output == ConversationItemCreate(
+        item_id=None, role="tool", text="", previous_item_id="item_fc", kind="function_call_output",
+        call_id="call_1", output='{"temperature": 21}',
+    )
+    call = parse({"type": "conversation.item.create", "item": {
+        "type": "function_call", "id": "item_h", "call_id": "call_0", "name": "lookup", "arguments": "{}"}})
+    assert isinstance(call, ConversationItemCreate)
+    assert (call.kind, call.item_id, call.call_id, call.name, call.arguments) == (
+        "function_call", "item_h", "call_0", "lookup", "{}")
+    weather = {"type": "function", "name": "get_weather", "description": "Weather in a city",
+               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    create = parse({"type": "response.create", "response": {
+        "conversation": "none", "metadata": {"topic": "x"}, "tools": [weather],
+        "tool_choice": {"type": "function", "name": "get_weather"}, "max_output_tokens": 200,
+        "audio": {"output": {"voice": "marin"}}, "output_modalities": ["text"],
+        "input": [{"type": "item_reference", "id": "item_1"},
+                  {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+    }})
+    assert create == ResponseCreate(
+        output_modalities=(Modality.TEXT,),
+        tools=(FunctionTool(name="get_weather", description="Weather in a city",
+                            parameters={"type": "object", "properties": {"city": {"type": "string"}}}),),
+        tool_choice=ToolChoice(mode=ToolChoiceMode.REQUIRED, function="get_weather"),
+        voice="marin", max_output_tokens=200, out_of_band=True, metadata={"topic": "x"},
+        input=(ItemSpec(kind="item_reference", item_id="item_1"), ItemSpec(role="user", text="hi")),
+    )
+    # The beta spelling of the token limit, and "inf".
+    beta = parse({"type": "response.create", "response": {"max_response_output_tokens": "inf", "tool_choice": "none"}})
+    assert beta == ResponseCreate(tool_choice=ToolChoice(mode=ToolChoiceMode.NONE))
+
+
+def test_session_tools_round_trip_in_both_shapes() -> None:
+    tools = [{"type": "function", "name": "a", "description": "d", "parameters": {"type": "object"}},
+             {"type": "function", "function": {"name": "b"}}]  # the chat-completions nesting, tolerated
+    patch = patch_of({"tools": tools, "tool_choice": "required"})
+    assert patch.tools == (FunctionTool(name="a", description="d", parameters={"type": "object"}),
+                           FunctionTool(name="b"))
+    assert patch.tool_choice == ToolChoice(mode=ToolChoiceMode.REQUIRED)
+    config = SessionConfig().apply(patch)
+    for beta in (False, True):
+        wire = render(SessionUpdated(session_id="s", config=config), beta=beta)
+        assert wire is not None
+        assert wire["session"]["tools"][1] == {  # type: ignore[index]
+            "type": "function", "name": "b", "description": "", "parameters": {}}
+        assert wire["session"]["tool_choice"] == "required"  # type: ignore[index]
+        validate_server_event(wire, beta=beta)
+    with pytest.raises(ProtocolError) as twice:
+        patch_of({"tools": [tools[0], tools[0]]})
+    assert twice.value.param == "session.tools[1].name"

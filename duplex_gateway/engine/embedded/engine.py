@@ -269,7 +269,9 @@ class EmbeddedSession(port.EngineSession):
 
     # -- replies -----------------------------------------------------------------------
 
-    async def create_response(self, *, response_id: str, instructions: str | None) -> None:
+    async def create_response(
+        self, *, response_id: str, instructions: str | None, options: port.ResponseOptions | None = None
+    ) -> None:
         # ``instructions`` are not used: the rule-based responder has no prompt.
         if self._closed:
             return

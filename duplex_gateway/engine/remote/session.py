@@ -261,7 +261,9 @@ class RemoteSession(port.EngineSession):
     async def clear_input(self) -> None:
         await self._send(self._wire.clear_input())
 
-    async def create_response(self, *, response_id: str, instructions: str | None) -> None:
+    async def create_response(
+        self, *, response_id: str, instructions: str | None, options: port.ResponseOptions | None = None
+    ) -> None:
         await self._send(self._wire.create_response(response_id=response_id, instructions=instructions))
 
     async def cancel_response(self, response_id: str) -> None:
