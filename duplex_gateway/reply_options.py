@@ -52,6 +52,14 @@ def reply_options(
     check_choice(tools, choice, "response.tool_choice")
     _check_forcing(choice, capabilities, "response.tool_choice")
     offered = capabilities.response_options
+    if capabilities.tools and "tools" not in offered:
+        # The engine calls the session's tools only: a reply's own set cannot reach it.
+        if tools != config.tools:
+            raise _unsupported(capabilities, "take tools for one reply (set them with session.update)", "response.tools")
+        if choice != config.tool_choice:
+            raise _unsupported(
+                capabilities, "take a tool choice for one reply (set it with session.update)", "response.tool_choice"
+            )
     if command.voice is not None and command.voice != config.voice and "voice" not in offered:
         raise _unsupported(capabilities, "change the voice for one reply", "response.audio.output.voice")
     if command.max_output_tokens is not None and "max_output_tokens" not in offered:

@@ -26,6 +26,7 @@ from duplex_gateway.session import (
     Handshake,
     OpenEngine,
     ProcessInput,
+    ReportLatency,
     Session,
     StartResponse,
     TruncateReply,
@@ -1051,7 +1052,9 @@ def test_latency_breakdown_from_speech_end_to_first_audio_with_the_engines_stage
     assert len(latency) == 1
     report = latency[0]
     assert report.response_id == created.response_id and report.item_id == committed.item_id
-    detection = 640 - stopped.audio_end_ms  # the silence the detector waited for
+    # The speech ended silence_duration_ms before audio_end_ms; the detector waited from then until now.
+    detection = 640 - (stopped.audio_end_ms - 200)
+    assert detection >= 200
     assert report.stages == (
         ("turn_detection", pytest.approx(detection)), ("recognition", 100.0), ("reply", 5.0),
         ("speech", 200.0), ("other", pytest.approx(95.0)),
@@ -1078,9 +1081,31 @@ def test_latency_of_a_client_requested_reply_is_the_engines_and_off_unless_asked
     assert only(out, ev.TurnLatency) == []
 
 
+def test_the_host_gets_every_replys_latency_asked_or_not() -> None:
+    """The same numbers feed the metrics (ReportLatency) and the turn.latency event."""
+    for config in (VAD, LATENCY_VAD):
+        s = make(config)
+        feed(s, 0, 320, 0.95)
+        windows = [(end, 0.01) for end in range(320 + 32, 640 + 1, 32)]
+        created = only(s.input_processed(pcm(320), 320.0, windows, now=100.0), ev.ResponseCreated)[0]
+        start_response(s, created.response_id)
+        out = s.engine_event(port.EngineAudio(response_id=created.response_id, pcm=pcm(20)), now=100.25)
+        (report,) = only(out, ReportLatency)
+        assert report.first_audio_ms == pytest.approx(250.0)
+        assert report.speech_end_ms == report.latency.total_ms and report.speech_end_ms > 250.0
+        assert only(out, ev.TurnLatency) == ([report.latency] if config is LATENCY_VAD else [])
+    # A reply the client asked for has no end of speech to count from.
+    s = make(MANUAL)
+    created = only(s.receive(cmd.ResponseCreate(), now=5.0), ev.ResponseCreated)[0]
+    start_response(s, created.response_id)
+    (report,) = only(s.engine_event(port.EngineAudio(response_id=created.response_id, pcm=pcm(20)), now=5.5),
+                     ReportLatency)
+    assert report.first_audio_ms == pytest.approx(500.0) and report.speech_end_ms is None
+
+
 # -- function calling ---------------------------------------------------------------------
 
-TOOL_CAPS = replace(CAPS, tools=True, out_of_band=True, response_options=frozenset({"voice", "input"}))
+TOOL_CAPS = replace(CAPS, tools=True, out_of_band=True, response_options=frozenset({"voice", "input", "tools"}))
 WEATHER = FunctionTool(name="get_weather", description="The weather in a city", parameters={"type": "object"})
 WITH_TOOLS = replace(MANUAL, tools=(WEATHER,))
 
@@ -1201,3 +1226,13 @@ def test_closing_the_session_closes_out_every_reply() -> None:
     only(s.receive(cmd.ResponseCreate(out_of_band=True), now=0), ev.ResponseCreated)
     out = s.receive(cmd.SessionClose(), now=1)
     assert len(only(out, ev.ResponseDone)) == 2 and types(out)[-1] == "CloseSession"
+
+
+def test_an_engine_that_calls_only_the_sessions_tools_refuses_a_replys_own() -> None:
+    s = tool_session(caps=replace(TOOL_CAPS, response_options=frozenset()))
+    (error,) = only(s.receive(cmd.ResponseCreate(tools=()), now=0), ev.ErrorEvent)
+    assert error.code is ErrorCode.UNSUPPORTED_BY_ENGINE and error.param == "response.tools"
+    out = s.receive(cmd.ResponseCreate(tool_choice=ToolChoice(mode=ToolChoiceMode.NONE)), now=0)
+    assert only(out, ev.ErrorEvent)[0].param == "response.tool_choice"
+    # Naming the session's own tools again is no change.
+    assert only(s.receive(cmd.ResponseCreate(tools=(WEATHER,)), now=0), ev.ResponseCreated)

@@ -68,8 +68,9 @@ class EngineCapabilities:
     #: while another is in progress.
     out_of_band: bool = False
     #: The per-reply options of ``response.create`` the engine honours, beyond
-    #: ``instructions``, ``output_modalities`` and tools: ``voice``,
-    #: ``max_output_tokens``, ``input`` (a context of its own instead of the conversation).
+    #: ``instructions`` and ``output_modalities``: ``tools`` (a reply's own tools and tool
+    #: choice), ``voice``, ``max_output_tokens``, ``input`` (a context of its own instead of
+    #: the conversation).
     response_options: frozenset[str] = frozenset()
 
     def as_pairs(self) -> tuple[tuple[str, object], ...]:
@@ -190,7 +191,8 @@ class EngineText(EngineEvent):
 class EngineResponseDone(EngineEvent):
     type: ClassVar[str] = "response.done"
     response_id: str
-    status: str = "completed"  # completed | cancelled | failed
+    #: completed | cancelled | failed | incomplete (cut short by ``max_output_tokens``)
+    status: str = "completed"
     reason: str | None = None
     #: Tokens the reply consumed and produced, for engines that count them.
     input_tokens: int | None = None

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from duplex_gateway.config import ConfigError, GatewaySettings
 from duplex_gateway.engine.port import Engine
+
+if TYPE_CHECKING:
+    from duplex_gateway.engine.embedded.chat_llm import ChatSettings
 
 __all__ = ["ENGINES", "UnknownEngine", "build_engine"]
 
@@ -25,6 +30,31 @@ def _echo(settings: GatewaySettings) -> Engine:
     )
 
 
+def _embedded_chat(settings: GatewaySettings) -> ChatSettings | None:
+    """The embedded engine's language model, if ``engine.embedded.llm.url`` names one."""
+    from duplex_gateway.engine.embedded.chat_llm import ChatSettings
+
+    llm = settings.engine.embedded.llm
+    if llm.url is None:
+        return None
+    key = llm.api_key
+    if key is None and llm.api_key_env is not None:
+        key = os.environ.get(llm.api_key_env)
+        if not key:
+            raise ConfigError(
+                f"engine.embedded.llm.api_key_env names {llm.api_key_env}, which is not set in the environment"
+            )
+    return ChatSettings(
+        url=llm.url,
+        # Empty: the engine asks the endpoint which models it serves and takes the first.
+        model=llm.model or "",
+        api_key=key,
+        timeout_s=llm.timeout_s,
+        max_tokens=llm.max_tokens,
+        temperature=llm.temperature,
+    )
+
+
 def _embedded(settings: GatewaySettings) -> Engine:
     from duplex_gateway.engine.embedded import EmbeddedEngine
 
@@ -40,6 +70,7 @@ def _embedded(settings: GatewaySettings) -> Engine:
         chunk_ms=embedded.chunk_ms,
         pace=embedded.pace,
         lead_ms=embedded.lead_ms,
+        chat=_embedded_chat(settings),
     )
 
 

@@ -14,7 +14,11 @@ handle event                        port event
 ``response.output_audio_transcript  :class:`~port.EngineTranscript`
 .delta``
 ``response.output_text.delta``      :class:`~port.EngineText`
-``response.done``                   :class:`~port.EngineResponseDone`
+``response.done``                   :class:`~port.EngineResponseDone` (with
+                                    token usage, where reported)
+``response.function_call_arguments  :class:`~port.EngineFunctionCallDelta` /
+.delta`` / ``.done``                ``EngineFunctionCall``, on the reply the
+                                    call belongs to (see :mod:`.omni_tools`)
 ``input_audio_buffer.speech_*``     :class:`~port.EngineSpeechStarted` /
                                     ``Stopped`` (engine VAD only)
 ``input_audio_buffer.committed``    :class:`~port.EngineTurnCommitted`
@@ -25,6 +29,9 @@ handle event                        port event
 ``error``                           :class:`~port.EngineError`
 ``session.closed`` / ``expired``    :class:`~port.EngineClosed`
 ==================================  ==========================================
+
+The session's tools go to vLLM-Omni with its configuration; the client's function
+outputs (and replayed calls) as conversation items (:mod:`.omni_tools`).
 
 A session whose client set ``extra_body.auto_response`` runs on vLLM-Omni's own
 turn-taking: the engine session is opened with it, commits leave the reply to the
@@ -65,6 +72,14 @@ from duplex_gateway.audio.format import Encoding
 from duplex_gateway.audio.resample import StreamResampler
 from duplex_gateway.engine import port
 from duplex_gateway.engine.omni_fields import PendingUpdates, changed_fields, omni_session_fields
+from duplex_gateway.engine.omni_tools import (
+    FunctionCalls,
+    function_call_item,
+    function_output_item,
+    reply_tools_refusal,
+    session_tools,
+    token_usage,
+)
 from duplex_gateway.session_config import Modality, SessionConfig, SessionKind
 
 __all__ = [
@@ -88,6 +103,8 @@ DEFAULT_OUTPUT_RATE = 24_000
 _PLAYBACK_ERROR_PREFIX = "playback_"
 #: vLLM-Omni's answer to a cancel of a reply that had already finished.
 _REPLY_ALREADY_OVER = "response_not_active"
+#: How long a reply waits for vLLM-Omni to announce a function's output (see ``_outputs_taken``).
+_OUTPUT_TAKEN_TIMEOUT_S = 5.0
 
 
 class OmniFactoryError(ValueError):
@@ -270,6 +287,15 @@ class VllmOmniSession(port.EngineSession):
         self._unacked: tuple[str, int] | None = None
         self._updates = PendingUpdates()
         self._update_ids = 0
+        #: response.create commands sent, by event id: the gateway's id of the reply each asks for.
+        self._creates: dict[str, str] = {}
+        self._create_ids = 0
+        self._calls = FunctionCalls()
+        #: Function outputs sent and not announced by vLLM-Omni yet: item id -> taken, and
+        #: the event ids they were sent under (an error about one names its event).
+        self._outputs: dict[str, asyncio.Future[None]] = {}
+        self._output_events: dict[str, str] = {}
+        self._item_ids = 0
         self._closed = False
         self._closed_event = asyncio.Event()
         self._pump = asyncio.create_task(self._run(), name=f"vllm-omni-events:{session_id}")
@@ -301,6 +327,7 @@ class VllmOmniSession(port.EngineSession):
         engine_decides: bool = False,
         is_speech: bool | None = None,
     ) -> None:
+        await self._outputs_taken()
         await self._ack_unreported()
         if response_id is not None:
             # vLLM-Omni names the reply it starts for this commit; it is mapped to ours when announced.
@@ -316,6 +343,26 @@ class VllmOmniSession(port.EngineSession):
         content_type = "output_text" if role == "assistant" else "input_text"
         item = {"id": item_id, "type": "message", "role": role, "content": [{"type": content_type, "text": text}]}
         await self._handle.create_item(item, previous_item_id=previous_item_id)
+        self._added_items.add(item_id)
+
+    async def add_function_call(
+        self, *, item_id: str, call_id: str, name: str, arguments: str, previous_item_id: str | None = None
+    ) -> None:
+        # vLLM-Omni takes a function's output only for a call it knows: a replayed call goes in first.
+        item = function_call_item(item_id=item_id, call_id=call_id, name=name, arguments=arguments)
+        await self._handle.create_item(item, previous_item_id=previous_item_id)
+        self._added_items.add(item_id)
+
+    async def add_function_output(
+        self, *, item_id: str, call_id: str, output: str, previous_item_id: str | None = None
+    ) -> None:
+        item = function_output_item(item_id=item_id, call_id=call_id, output=output)
+        self._item_ids += 1
+        event_id = f"gw_item_{self._item_ids}"
+        if len(self._outputs) < _LEDGER_SIZE:  # bounded: beyond it a reply just does not wait
+            self._outputs[item_id] = asyncio.get_running_loop().create_future()
+            self._output_events[event_id] = item_id
+        await self._handle.submit(self._engine.item_command(item, previous_item_id, event_id))
         self._added_items.add(item_id)
 
     async def delete_item(self, item_id: str) -> None:
@@ -339,12 +386,31 @@ class VllmOmniSession(port.EngineSession):
     async def create_response(
         self, *, response_id: str, instructions: str | None, options: port.ResponseOptions | None = None
     ) -> None:
+        refusal = reply_tools_refusal(options, self._config)
+        if refusal is not None:
+            if self._closed:
+                return  # the session is over: nobody reads its events any more
+            # Nothing goes to the engine: the reply ends here, failed, and the client is told why.
+            for event in (
+                port.EngineError(code="unsupported_by_engine", message=refusal),
+                port.EngineResponseDone(response_id=response_id, status="failed", reason="unsupported_by_engine"),
+            ):
+                await self._events.put(event)
+            return
+        await self._outputs_taken()
         await self._ack_unreported()
         self._pending_ids.append(response_id)
         request: dict[str, object] = {"modalities": self._modalities()}
         if instructions:
             request["instructions"] = instructions
-        await self._handle.create_response(request)
+        # Named, so that vLLM-Omni's refusal of it (e.g. per-reply instructions, which its
+        # duplex sessions refuse) ends this reply instead of leaving it waiting in line.
+        self._create_ids += 1
+        event_id = f"gw_create_{self._create_ids}"
+        self._creates[event_id] = response_id
+        while len(self._creates) > _LEDGER_SIZE:
+            del self._creates[next(iter(self._creates))]
+        await self._handle.submit(self._engine.create_command(request, event_id))
 
     async def cancel_response(self, response_id: str) -> None:
         engine_id = self._engine_id(response_id)
@@ -429,6 +495,26 @@ class VllmOmniSession(port.EngineSession):
                     return engine_id
         return None
 
+    async def _outputs_taken(self) -> None:
+        """Wait until vLLM-Omni has announced the function outputs sent to it.
+
+        Taking an output, vLLM-Omni spawns the continuation of the reply in progress, and
+        for a turn-commit model that ends whatever reply is in progress when it runs: a
+        reply asked for before it ran would be the one ended. It runs once vLLM-Omni has
+        announced the item and gone idle, so a reply asked for after the announcement is safe.
+        """
+        pending = [future for future in self._outputs.values() if not future.done()]
+        if pending:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*pending), _OUTPUT_TAKEN_TIMEOUT_S)
+        self._outputs.clear()
+        self._output_events.clear()
+
+    def _output_taken(self, item_id: str | None) -> None:
+        future = self._outputs.get(item_id or "")
+        if future is not None and not future.done():
+            future.set_result(None)
+
     async def _ack_unreported(self) -> None:
         """Tell the engine a finished reply was heard, when the client never said."""
         unacked, self._unacked = self._unacked, None
@@ -442,6 +528,9 @@ class VllmOmniSession(port.EngineSession):
         self._closed = True
         self._closed_event.set()
         self._updates.refuse_all("session_closed", "the engine session ended")
+        for future in self._outputs.values():
+            if not future.done():
+                future.set_result(None)  # nothing more will be announced
         self._engine._release(self._session_id)
         self._put_nowait(port.EngineClosed(reason=reason))
 
@@ -478,7 +567,20 @@ class VllmOmniSession(port.EngineSession):
 
     def _translate(self, kind: str, event: Any) -> list[port.EngineEvent]:
         if kind == "response.created":
-            return self._on_response_created(_response_field(event, "id"))
+            return self._on_response_created(_response_field(event, "id"), hold=True)
+        if kind in ("conversation.item.added", "conversation.item.created"):
+            self._output_taken(_item_of(event))
+            return []
+        response_id = _response_field(event, "id")
+        if kind in _CALL_EVENTS or (kind == "response.done" and self._calls.held(response_id)):
+            calls = self._calls.translate(event.to_realtime(), self._gateway_of)
+            if calls is not None:
+                return calls
+        if response_id is not None and self._calls.held(response_id):
+            # What vLLM-Omni started beside the reply in progress carries more than a call:
+            # a reply of its own after all.
+            self._calls.release(response_id)
+            return [*self._on_response_created(response_id), *self._translate(kind, event)]
         if kind == "response.output_audio.delta":
             return self._on_audio(event)
         if kind in ("response.output_audio_transcript.delta", "response.output_text.delta", "response.text.delta"):
@@ -540,6 +642,19 @@ class VllmOmniSession(port.EngineSession):
             if related in self._updates:
                 self._updates.settle(str(related), port.EngineRefused(code, message))
                 return []
+            if isinstance(related, str) and related in self._output_events:
+                self._output_taken(self._output_events[related])  # refused: nothing to wait for
+            refused = self._creates.pop(related, None) if isinstance(related, str) else None
+            if refused is not None and refused in self._pending_ids:
+                # vLLM-Omni refused this response.create: the reply will never be announced.
+                self._pending_ids.remove(refused)
+                if refused in self._cancelled_pending:
+                    self._cancelled_pending.discard(refused)
+                    return []
+                return [
+                    port.EngineError(code=code, message=message),
+                    port.EngineResponseDone(response_id=refused, status="failed", reason=code),
+                ]
             if code.startswith(_PLAYBACK_ERROR_PREFIX) or code == _REPLY_ALREADY_OVER:
                 # About a reply the gateway has already closed out (a cancel crossing the
                 # reply's own end): the client was answered; nothing went wrong for it.
@@ -548,9 +663,11 @@ class VllmOmniSession(port.EngineSession):
             return [port.EngineError(code=code, message=message)]
         return []
 
-    def _on_response_created(self, engine_id: str | None) -> list[port.EngineEvent]:
+    def _on_response_created(self, engine_id: str | None, *, hold: bool = False) -> list[port.EngineEvent]:
         if not engine_id or engine_id in self._replies:
             return []
+        if hold and self._calls.created(engine_id, next(reversed(self._replies), None)):
+            return []  # maybe the wrapper of a function call of the reply in progress
         gateway_id = self._pending_ids.popleft() if self._pending_ids else engine_id
         reply = _Reply(gateway_id=gateway_id, audio=ReplyAudio(self._output_rate))
         self._replies[engine_id] = reply
@@ -560,6 +677,11 @@ class VllmOmniSession(port.EngineSession):
             asyncio.get_running_loop().create_task(self._cancel_late(engine_id))
             return []
         return [port.EngineResponseStarted(response_id=gateway_id)]
+
+    def _gateway_of(self, engine_id: str) -> str | None:
+        """The gateway's id of the reply in progress ``engine_id`` (None: gone or dropped)."""
+        reply = self._replies.get(engine_id)
+        return reply.gateway_id if reply is not None and not reply.dropped else None
 
     async def _cancel_late(self, engine_id: str) -> None:
         try:
@@ -604,12 +726,23 @@ class VllmOmniSession(port.EngineSession):
         details = getattr(event, "response", {}).get("status_details")
         reason = details.get("reason") if isinstance(details, Mapping) else None
         port_status = status if status in ("completed", "cancelled") else "failed"
+        input_tokens, output_tokens = token_usage(getattr(event, "response", None))
         out.append(
             port.EngineResponseDone(
-                response_id=reply.gateway_id, status=port_status, reason=str(reason) if reason else None
+                response_id=reply.gateway_id, status=port_status, reason=str(reason) if reason else None,
+                input_tokens=input_tokens, output_tokens=output_tokens,
             )
         )
         return out
+
+
+#: Events that may be about a function call (handed to :class:`FunctionCalls` as wire JSON).
+_CALL_EVENTS = frozenset({
+    "response.output_item.added",
+    "response.output_item.done",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+})
 
 
 def _playback_sent_ms(metadata: object) -> int | None:
@@ -696,6 +829,9 @@ class VllmOmniEngine(port.Engine):
             detects_turns=engine_vad,
             max_sessions=max_sessions,
             native_turns=True,
+            # Session tools reach the model; response.create takes no per-reply options in
+            # vLLM-Omni 0.30 (voice, token limits, tools), so none is claimed.
+            tools=True,
         )
         self._gateway_max_sessions = max_sessions
         self._omni: Any = None
@@ -797,6 +933,16 @@ class VllmOmniEngine(port.Engine):
             final=final, create_response=create_response, is_speech=is_speech, realtime_item_id=item_id
         )
 
+    def create_command(self, options: dict[str, object], event_id: str) -> Any:
+        """vLLM-Omni's ``CreateResponse`` command; an error about it names ``event_id``."""
+        commands = importlib.import_module("vllm_omni.engine.duplex.commands")
+        return commands.CreateResponse(options=options, event_id=event_id)
+
+    def item_command(self, item: dict[str, object], previous_item_id: str | None, event_id: str) -> Any:
+        """vLLM-Omni's ``CreateItem`` command; an error about it names ``event_id``."""
+        commands = importlib.import_module("vllm_omni.engine.duplex.commands")
+        return commands.CreateItem(item=item, previous_item_id=previous_item_id, event_id=event_id)
+
     def update_command(self, patch: dict[str, object], event_id: str) -> Any:
         """vLLM-Omni's ``UpdateSession`` command for ``patch``; its answer names ``event_id``."""
         commands = importlib.import_module("vllm_omni.engine.duplex.commands")
@@ -816,6 +962,8 @@ class VllmOmniEngine(port.Engine):
         if config.voice and config.voice != "default":
             patch["voice"] = config.voice
         patch.update(omni_session_fields(config))
+        # The functions the model may call: vLLM-Omni keeps them as extra_body.realtime_tools.
+        patch.update(session_tools(config.tools, config.tool_choice))
         # auto_response as the client set it: with it the model's own turn-taking answers
         # commits (the gateway session then leaves the decision to the engine).
         patch["extra_body"] = {**config.extra_body, "auto_response": _engine_answers(config)}

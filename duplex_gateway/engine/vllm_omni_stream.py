@@ -27,6 +27,10 @@ turn (an empty user message: its audio is not re-sent), each reply by its
 transcript -- and the open user message, ``<|im_start|>user\n`` followed by the
 engine's ``prompt`` setting (e.g. the model's audio placeholder).
 
+Function calling is not offered (``tools=False``): the prompt carries no tools and
+the model's text goes straight to its speech stage. Session tools are accepted and
+echoed; a ``tool_choice`` that forces a call is refused by the gateway.
+
 Committed audio is part of the conversation: ``input_audio_buffer.clear`` drops
 only what was appended since the last commit. Audio appended after a commit in a
 turn not yet answered is held in the gateway until the next commit, so that a
@@ -512,6 +516,11 @@ class VllmOmniStreamEngine(port.Engine):
             output_rate=output_rate or DEFAULT_OUTPUT_RATE,
             detects_turns=False,
             max_sessions=max_sessions,
+            # No function calling: the turn's prompt is hand-rendered ChatML with no tool
+            # block, and the model's text streams into its speech stage as it is made, so a
+            # call would be spoken, not returned (vLLM-Omni's own Qwen duplex plugin refuses
+            # tools for the same models). The gateway refuses tool_choice "required" for it.
+            tools=False,
         )
         self._omni: Any = None
         self._core: Any = None

@@ -31,7 +31,7 @@ from duplex_gateway.engine.registry import build_engine
 from duplex_gateway.engine.remote import BackendKind, BackendSpec, RemoteEngine, RemoteSession
 from duplex_gateway.engine.remote.pool import BackendPool, realtime_url
 from duplex_gateway.engine.remote.protocol import BackendWire, detect_kind, session_object
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.session_config import FunctionTool, SessionConfig, ToolChoice, ToolChoiceMode
 from tests.e2e.conftest import (  # noqa: F401 - fixtures, registered by import
     _no_traceback_in_gateway_logs,
 )
@@ -378,6 +378,204 @@ def test_native_turn_taking_passes_through() -> None:
     assert (append["is_speech"], append["hints"]) == (False, {"rms": 0.0})
     (plain,) = w.append_audio(bytes(320))
     assert "is_speech" not in plain and "hints" not in plain
+
+
+# -- function calling ------------------------------------------------------------------------
+
+WEATHER = FunctionTool(
+    name="get_weather",
+    description="The weather in a city",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+)
+WEATHER_WIRE = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+def omni_call(response_id: str, call_id: str, name: str, arguments: str) -> list[dict[str, Any]]:
+    """vLLM-Omni 0.30's wire for a model's ``function_call.done``: a response of its own.
+
+    As its Realtime translator makes it (``_function_call_done_events``) and its server
+    sends it (``to_realtime()``); the ``...arguments.done`` event names no function.
+    """
+    item_id = f"item_{call_id}"
+    item = {"id": item_id, "object": "realtime.item", "type": "function_call", "status": "completed",
+            "name": name, "call_id": call_id, "arguments": arguments}
+    response = {"id": response_id, "object": "realtime.response", "status": "completed",
+                "status_details": {"type": "completed", "reason": "completed"}, "output": [item], "metadata": {}}
+    return [
+        {"type": "response.created", "response": {**response, "status": "in_progress", "output": []},
+         "response_id": response_id},
+        {"type": "conversation.item.added", "previous_item_id": "item_prev", "item": item},
+        {"type": "conversation.item.created", "previous_item_id": "item_prev", "item": item},
+        {"type": "response.output_item.added", "response_id": response_id, "output_index": 0, "item": item},
+        {"type": "response.function_call_arguments.delta", "response_id": response_id, "item_id": item_id,
+         "output_index": 0, "call_id": call_id, "delta": arguments},
+        {"type": "response.function_call_arguments.done", "response_id": response_id, "item_id": item_id,
+         "output_index": 0, "call_id": call_id, "arguments": arguments},
+        {"type": "response.output_item.done", "response_id": response_id, "output_index": 0, "item": item},
+        {"type": "conversation.item.done", "previous_item_id": "item_prev", "item": item},
+        {"type": "response.done", "response": response, "response_id": response_id},
+    ]
+
+
+def receive_all(w: BackendWire, events: list[dict[str, Any]]) -> list[port.EngineEvent]:
+    return [out for event in events for out in w.receive(event)]
+
+
+def test_session_tools_go_to_the_backend_and_an_update_that_drops_them_sends_nulls() -> None:
+    config = SessionConfig(tools=(WEATHER,), tool_choice=ToolChoice(mode=ToolChoiceMode.REQUIRED))
+    for kind in BackendKind:
+        w = wire(kind)
+        opening = w.session_update(config, initial=True)
+        assert opening is not None
+        # Where vLLM-Omni reads them (it keeps them as extra_body.realtime_tools / _tool_choice).
+        assert opening["session"]["tools"] == [WEATHER_WIRE] and opening["session"]["tool_choice"] == "required"
+        w.receive({"type": "session.updated", "session": {}})
+        forced = replace(config, tool_choice=ToolChoice(mode=ToolChoiceMode.REQUIRED, function="get_weather"))
+        update = w.session_update(forced, initial=False)
+        assert update is not None
+        assert update["session"] == {"tool_choice": {"type": "function", "name": "get_weather"}}
+        dropped = w.session_update(replace(forced, tools=()), initial=False)
+        assert dropped is not None and dropped["session"] == {"tools": None, "tool_choice": None}
+    # A session without tools names none.
+    plain = wire(BackendKind.VLLM_OMNI).session_update(SessionConfig(), initial=True)
+    assert plain is not None and "tools" not in plain["session"] and "tool_choice" not in plain["session"]
+
+
+def test_a_call_vllm_omni_wraps_in_a_response_of_its_own_goes_on_the_reply_in_progress() -> None:
+    w = wire(BackendKind.VLLM_OMNI)
+    w.session_update(SessionConfig(tools=(WEATHER,)), initial=True)
+    w.commit(item_id="i1", response_id="resp_for_i1")
+    assert w.receive(created("r1")) == [port.EngineResponseStarted(response_id="resp_for_i1")]
+    out = receive_all(w, omni_call("resp_call", "call_1", "get_weather", '{"city":"Oslo"}'))
+    assert out == [
+        port.EngineFunctionCallDelta(
+            response_id="resp_for_i1", call_id="call_1", name="get_weather", delta='{"city":"Oslo"}'
+        ),
+        port.EngineFunctionCall(
+            response_id="resp_for_i1", call_id="call_1", name="get_weather", arguments='{"city":"Oslo"}'
+        ),
+    ]
+    # The reply the call belongs to ends with its own response.done (vLLM-Omni reports no usage).
+    assert w.receive(done("r1")) == [port.EngineResponseDone(response_id="resp_for_i1", status="completed")]
+    # The client returns the function's output; vLLM-Omni answers it after a response.create.
+    (output,) = w.add_function_output(item_id="item_out", call_id="call_1", output='{"temp": 3}')
+    assert (output["type"], output["item"]) == (
+        "conversation.item.create",
+        {"id": "item_out", "type": "function_call_output", "call_id": "call_1", "output": '{"temp": 3}'},
+    )
+    assert "previous_item_id" not in output
+    # Taking it, vLLM-Omni ends whatever reply is in progress: the next one waits for its announcement.
+    assert w.outputs_pending
+    item = {"id": "item_out", "type": "function_call_output", "call_id": "call_1", "output": '{"temp": 3}'}
+    assert w.receive({"type": "conversation.item.added", "previous_item_id": None, "item": item}) == []
+    assert not w.outputs_pending
+    w.create_response(response_id="resp_after", instructions=None)
+    assert w.receive(created("r2")) == [port.EngineResponseStarted(response_id="resp_after")]
+    assert w.receive(
+        {"type": "response.output_audio_transcript.delta", "response_id": "r2", "delta": "3 degrees"}
+    ) == [port.EngineTranscript(response_id="resp_after", delta="3 degrees")]
+
+
+def test_a_call_of_a_cancelled_reply_is_dropped_and_one_with_no_reply_in_progress_is_a_reply() -> None:
+    w = wire(BackendKind.VLLM_OMNI)
+    w.commit(item_id="i1", response_id="resp_for_i1")
+    w.receive(created("r1"))
+    w.cancel_response("resp_for_i1")
+    assert receive_all(w, omni_call("resp_call", "call_1", "get_weather", "{}")) == []
+    assert w.receive(done("r1", "cancelled")) == []
+    # The model's own turn-taking (no reply asked for) answered with a call only.
+    w.commit(item_id="i2", response_id=None, engine_decides=True)
+    out = receive_all(w, omni_call("resp_own", "call_2", "get_weather", "{}"))
+    assert out == [
+        port.EngineResponseStarted(response_id="resp_own"),
+        port.EngineFunctionCallDelta(response_id="resp_own", call_id="call_2", name="get_weather", delta="{}"),
+        port.EngineFunctionCall(response_id="resp_own", call_id="call_2", name="get_weather", arguments="{}"),
+        port.EngineResponseDone(response_id="resp_own", status="completed", reason="completed"),
+    ]
+
+
+def test_a_response_started_beside_the_reply_that_carries_audio_is_a_reply_of_its_own() -> None:
+    w = wire(BackendKind.VLLM_OMNI)
+    w.commit(item_id="i1", response_id="resp_for_i1")
+    w.receive(created("r1"))
+    assert w.receive(created("r_next")) == []  # held: it may be a call's wrapper
+    out = w.receive(audio_delta("r_next", bytes(480)))
+    assert out == [
+        port.EngineResponseStarted(response_id="r_next"),
+        port.EngineAudio(response_id="r_next", pcm=bytes(480)),
+    ]
+    assert w.receive(done("r_next")) == [port.EngineResponseDone(response_id="r_next", status="completed")]
+
+
+def test_a_gateway_backend_streams_calls_in_the_reply_and_reports_token_usage() -> None:
+    w = wire(BackendKind.GATEWAY)
+    w.session_update(SessionConfig(tools=(WEATHER,)), initial=True)
+    w.create_response(response_id="resp_gw", instructions=None)
+    w.receive(created("b1"))
+    item = {"id": "item_9", "type": "function_call", "status": "in_progress", "call_id": "c1",
+            "name": "get_weather", "arguments": ""}
+    out = receive_all(w, [
+        {"type": "response.output_item.added", "response_id": "b1", "output_index": 0, "item": item},
+        {"type": "response.function_call_arguments.delta", "response_id": "b1", "item_id": "item_9",
+         "call_id": "c1", "delta": '{"ci'},
+        {"type": "response.function_call_arguments.delta", "response_id": "b1", "item_id": "item_9",
+         "call_id": "c1", "delta": 'ty":"Oslo"}'},
+        {"type": "response.function_call_arguments.done", "response_id": "b1", "item_id": "item_9",
+         "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Oslo"}'},
+        {"type": "response.done", "response": {"id": "b1", "status": "completed",
+                                               "usage": {"input_tokens": 12, "output_tokens": 5}}},
+    ])
+    assert out == [
+        port.EngineFunctionCallDelta(response_id="resp_gw", call_id="c1", name="get_weather", delta='{"ci'),
+        port.EngineFunctionCallDelta(response_id="resp_gw", call_id="c1", name="get_weather", delta='ty":"Oslo"}'),
+        port.EngineFunctionCall(response_id="resp_gw", call_id="c1", name="get_weather", arguments='{"city":"Oslo"}'),
+        port.EngineResponseDone(response_id="resp_gw", status="completed", input_tokens=12, output_tokens=5),
+    ]
+
+
+def test_a_replayed_call_and_its_output_are_items_the_client_can_delete() -> None:
+    w = wire(BackendKind.VLLM_OMNI)
+    (call,) = w.add_function_call(
+        item_id="item_c", call_id="c1", name="get_weather", arguments="{}", previous_item_id="item_a"
+    )
+    assert call["item"] == {"id": "item_c", "type": "function_call", "status": "completed", "call_id": "c1",
+                            "name": "get_weather", "arguments": "{}"}
+    assert call["previous_item_id"] == "item_a"
+    (sent,) = w.add_function_output(item_id="item_o", call_id="c1", output="ok")
+    # Refused (vLLM-Omni knows no such call): the client hears of it, and nothing is waited for.
+    refusal = {"type": "error", "error": {"code": "invalid_function_call_output", "message": "no such call",
+                                          "event_id": sent["event_id"]}}
+    assert w.receive(refusal) == [port.EngineError(code="invalid_function_call_output", message="no such call")]
+    assert not w.outputs_pending
+    assert [e["item_id"] for i in ("item_c", "item_o") for e in w.delete_item(i)] == ["item_c", "item_o"]
+    # A gateway backend has no such continuation to wait for.
+    g = wire(BackendKind.GATEWAY)
+    g.add_function_output(item_id="item_o", call_id="c1", output="ok")
+    assert not g.outputs_pending
+
+
+def test_a_replys_own_tools_go_to_a_gateway_backend_and_are_refused_for_vllm_omni() -> None:
+    config = SessionConfig(tools=(WEATHER,))
+    same = port.ResponseOptions(tools=(WEATHER,))
+    none = port.ResponseOptions(tools=(WEATHER,), tool_choice=ToolChoice(mode=ToolChoiceMode.NONE))
+    g = wire(BackendKind.GATEWAY)
+    g.session_update(config, initial=True)
+    assert g.reply_refusal(none) is None
+    (plain,) = g.create_response(response_id="a", instructions=None, options=same)
+    assert "response" not in plain  # the session's tools: nothing to say
+    (own,) = g.create_response(response_id="b", instructions=None, options=none)
+    assert own["response"] == {"tools": [WEATHER_WIRE], "tool_choice": "none"}
+    # vLLM-Omni's response.create refuses tools: the reply cannot be made there.
+    v = wire(BackendKind.VLLM_OMNI)
+    v.session_update(config, initial=True)
+    assert v.reply_refusal(same) is None and v.reply_refusal(None) is None
+    refusal = v.reply_refusal(none)
+    assert refusal is not None and "session" in refusal
 
 
 def test_placement_is_least_loaded_then_round_robin() -> None:

@@ -17,7 +17,13 @@ if os.environ.get("DUPLEX_GATEWAY_REQUIRE_OMNI") == "1":
 
 import asyncio
 import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +35,12 @@ from tests.e2e.conftest import (  # noqa: F401 - fixtures, registered by import
     gateway_factory,
     module_gateway_factory,
 )
-from tests.e2e.helpers import Gateway, GatewayFactory
+from tests.e2e.helpers import REPO, Gateway, GatewayFactory, free_port, gateway_env
 
 #: Starting vLLM-Omni (imports, orchestrator thread) takes ≈15 s on two cores.
 OMNI_READY_TIMEOUT_S = 180.0
+#: The same for a vLLM-Omni server, which may start beside another one.
+BACKEND_READY_TIMEOUT_S = 240.0
 #: Chunks each fake answer is split into, and the pause between two of them.
 CHUNKS = 8
 CHUNK_DELAY_MS = 60
@@ -79,3 +87,87 @@ async def wait_calls(
 @pytest.fixture(scope="module")
 def calls_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield tmp_path_factory.mktemp("omni-calls") / "calls.jsonl"
+
+
+# -- vLLM-Omni's own server over the fake stage, for the remote engine ---------------------------
+
+
+@dataclass
+class Backend:
+    """One vLLM-Omni server process (``python -m tests.omni.backend_server``)."""
+
+    port: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+    calls: Path
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
+    def opened(self) -> int:
+        return sum(
+            1 for c in read_calls(self.calls) if c.get("call") == "open_session.result" and c.get("ok")
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def start_backend(tmp: Path, name: str, *, chunks: int, chunk_delay_ms: int) -> Backend:
+    """A vLLM-Omni server on a free port, starting (see :func:`wait_healthy`)."""
+    port = free_port()
+    log, calls = tmp / f"{name}.log", tmp / f"{name}.calls.jsonl"
+    env = gateway_env()
+    env.update(
+        FAKE_OMNI_CALL_LOG=str(calls),
+        FAKE_OMNI_CHUNKS=str(chunks),
+        FAKE_OMNI_CHUNK_DELAY_MS=str(chunk_delay_ms),
+    )
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.omni.backend_server", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    return Backend(port=port, proc=proc, log=log, calls=calls)
+
+
+def wait_healthy(backends: list[Backend], timeout: float = BACKEND_READY_TIMEOUT_S) -> None:
+    """Wait until every server answers ``/health`` (fails the test with its log if one does not)."""
+    deadline = time.monotonic() + timeout
+    for backend in backends:
+        while not backend.healthy():
+            if backend.proc.poll() is not None or time.monotonic() > deadline:
+                tail = backend.log.read_text(errors="replace")[-4000:]
+                pytest.fail(f"vLLM-Omni backend on {backend.port} did not come up:\n{tail}", pytrace=False)
+            time.sleep(0.25)
+
+
+def stop_backends(backends: list[Backend]) -> None:
+    """Stop the servers; fail if one logged a traceback."""
+    for backend in backends:
+        backend.stop()
+    problems = [
+        b.log.read_text(errors="replace")[-6000:]
+        for b in backends
+        if "Traceback" in b.log.read_text(errors="replace")
+    ]
+    if problems:
+        pytest.fail("a vLLM-Omni backend logged a traceback:\n" + "\n\n".join(problems), pytrace=False)

@@ -145,6 +145,33 @@ async def test_duplex_limits_ids_and_late_cancel(fake_env: Path, monkeypatch: py
     assert not engine.ready
 
 
+async def test_duplex_a_refused_response_create_ends_its_reply_and_the_next_keeps_its_id(
+    fake_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    engine = VllmOmniEngine(factory=fake_stage.duplex_omni)
+    async with running(engine):
+        session = await engine.open_session("s1", SessionConfig())
+        events = Events(session)
+        await send_turn(session)
+        await session.commit(item_id="item_1", response_id=None)
+        # vLLM-Omni's duplex sessions refuse per-reply instructions: that reply fails, named...
+        await session.create_response(response_id="resp_instructed", instructions="Be brief.")
+        refused = await events.wait(done_of("resp_instructed"))
+        assert isinstance(refused, port.EngineResponseDone)
+        assert (refused.status, refused.reason) == ("failed", "unsupported_native_response_options")
+        (error,) = events.of(port.EngineError)
+        assert error.code == "unsupported_native_response_options"
+        # ...and the next reply is not taken for it.
+        await send_turn(session)
+        await session.commit(item_id="item_2", response_id="resp_2")
+        done = await events.wait(done_of("resp_2"))
+        assert isinstance(done, port.EngineResponseDone) and done.status == "completed"
+        assert [e.response_id for e in events.of(port.EngineResponseStarted)] == ["resp_2"]
+        await session.close("done")
+        await events.closed()
+
+
 async def test_duplex_engine_vad_finds_the_turn(fake_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
     speech, rate = sf.read(REPO / "tests" / "fixtures" / "speech_16k.wav", dtype="float32")

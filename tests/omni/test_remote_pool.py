@@ -13,14 +13,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,23 +22,18 @@ import pytest
 pytest.importorskip("vllm_omni", reason="the vLLM-Omni engines run in .venv-omni (make test runs them there)")
 
 from tests.e2e.helpers import (
-    REPO,
     EventLog,
     Gateway,
     GatewayFactory,
     b64,
-    free_port,
-    gateway_env,
     load_speech,
     send_json,
     ws_connect,
 )
-from tests.omni.conftest import read_calls
+from tests.omni.conftest import Backend, read_calls, start_backend, stop_backends, wait_healthy
 
 pytestmark = pytest.mark.e2e
 
-#: Starting vLLM-Omni (imports, orchestrator thread) takes ≈15 s alone on two cores.
-BACKEND_READY_TIMEOUT_S = 240.0
 #: Each fake answer: 8 chunks 200 ms apart, so a reply is still streaming ~1.5 s after it starts.
 CHUNKS = 8
 CHUNK_DELAY_MS = 200
@@ -52,87 +41,17 @@ CAP = 2
 TURN_S = 1.0
 
 
-@dataclass
-class Backend:
-    """One vLLM-Omni server process."""
-
-    port: int
-    proc: subprocess.Popen[bytes]
-    log: Path
-    calls: Path
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
-
-    def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as resp:
-                return bool(resp.status == 200)
-        except OSError:
-            return False
-
-    def opened(self) -> int:
-        return sum(
-            1 for c in read_calls(self.calls) if c.get("call") == "open_session.result" and c.get("ok")
-        )
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-
-def _start_backend(tmp: Path, name: str) -> Backend:
-    port = free_port()
-    log, calls = tmp / f"{name}.log", tmp / f"{name}.calls.jsonl"
-    env = gateway_env()
-    env.update(
-        FAKE_OMNI_CALL_LOG=str(calls),
-        FAKE_OMNI_CHUNKS=str(CHUNKS),
-        FAKE_OMNI_CHUNK_DELAY_MS=str(CHUNK_DELAY_MS),
-    )
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.omni.backend_server", "--port", str(port)],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    return Backend(port=port, proc=proc, log=log, calls=calls)
-
-
 @pytest.fixture(scope="module")
 def backends(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Backend]]:
     tmp = tmp_path_factory.mktemp("omni-backends")
-    started = [_start_backend(tmp, f"omni{i}") for i in range(2)]  # both start at once
+    started = [
+        start_backend(tmp, f"omni{i}", chunks=CHUNKS, chunk_delay_ms=CHUNK_DELAY_MS) for i in range(2)
+    ]  # both start at once
     try:
-        deadline = time.monotonic() + BACKEND_READY_TIMEOUT_S
-        for backend in started:
-            while not backend.healthy():
-                if backend.proc.poll() is not None or time.monotonic() > deadline:
-                    tail = backend.log.read_text(errors="replace")[-4000:]
-                    pytest.fail(
-                        f"vLLM-Omni backend on {backend.port} did not come up:\n{tail}", pytrace=False
-                    )
-                time.sleep(0.25)
+        wait_healthy(started)
         yield started
     finally:
-        for backend in started:
-            backend.stop()
-    problems = [
-        b.log.read_text(errors="replace")[-6000:]
-        for b in started
-        if "Traceback" in b.log.read_text(errors="replace")
-    ]
-    if problems:
-        pytest.fail("a vLLM-Omni backend logged a traceback:\n" + "\n\n".join(problems), pytrace=False)
+        stop_backends(started)
 
 
 @pytest.fixture(scope="module")

@@ -381,3 +381,25 @@ async def test_clear_drops_only_uncommitted_audio_and_keeps_the_conversation(gat
     prompt = last[0]["text"]
     assert "Remember the word kiwi." in prompt, prompt
     assert "<|im_start|>assistant\n(echo of 1.0 s of your audio)<|im_end|>" in prompt, prompt
+
+
+async def test_tools_are_not_offered_and_a_forced_call_is_refused(gateway: Gateway) -> None:
+    async with ws_connect(gateway) as ws:
+        log = EventLog(ws.recv)
+        try:
+            _, created = await log.wait_for("session.created", 10)
+            assert created["session"]["capabilities"]["function_calling"] is False
+            weather = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+            await send_json(ws, {"type": "session.update", "session": {
+                "type": "realtime", "tools": [weather], "tool_choice": "required",
+            }})
+            _, error = await log.wait_for("error", 5)
+            assert (error["error"]["code"], error["error"]["param"]) == ("unsupported_by_engine", "session.tool_choice")
+            # Offered with "auto", tools are taken (and never called).
+            start = len(log.events)
+            await send_json(ws, {"type": "session.update", "session": {"tools": [weather], "tool_choice": "auto"}})
+            _, updated = await log.wait_for("session.updated", 5, start=start)
+            assert [t["name"] for t in updated["session"]["tools"]] == ["get_weather"]
+        finally:
+            await log.aclose()
+    await gateway.wait_sessions(0)

@@ -2,7 +2,10 @@
 
 * :mod:`.asr`: pocketsphinx streaming partials and Whisper tiny.en final transcripts.
 * :mod:`.tts`: Piper synthesis, sentence by sentence.
-* :mod:`.responder`: what the engine says back.
+* :mod:`.responder`: what the engine says back; :mod:`.tool_router`: which function a caller asks for.
+* :mod:`.brain`: what decides a reply (offline by default); :mod:`.llm_brain` with :mod:`.chat_llm`:
+  an optional language model behind any OpenAI-compatible endpoint.
+* :mod:`.conversation`: a session's history; :mod:`.replies`: its replies while they run.
 * :mod:`.engine`: the engine port implementation tying them together.
 
 Importing this package loads no model; :meth:`EmbeddedEngine.start` does.
@@ -17,6 +20,8 @@ from duplex_gateway.engine.embedded.asr import (
     pcm16_to_float32,
     whisper_model_path,
 )
+from duplex_gateway.engine.embedded.brain import Brain, OfflineBrain
+from duplex_gateway.engine.embedded.chat_llm import ChatSettings
 from duplex_gateway.engine.embedded.engine import EmbeddedEngine, EmbeddedModels, EmbeddedSession
 from duplex_gateway.engine.embedded.responder import DIDNT_CATCH, Responder, RestatingResponder
 from duplex_gateway.engine.embedded.tts import (
@@ -28,10 +33,13 @@ from duplex_gateway.engine.embedded.tts import (
 
 __all__ = [
     "DIDNT_CATCH",
+    "Brain",
+    "ChatSettings",
     "EmbeddedEngine",
     "EmbeddedModels",
     "EmbeddedSession",
     "FinalRecognizer",
+    "OfflineBrain",
     "PartialRecognizer",
     "PartialRecognizerPool",
     "PiperSynthesizer",

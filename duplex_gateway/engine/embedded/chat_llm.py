@@ -193,14 +193,46 @@ class ChatClient:
         if self._owned:
             await self._http.aclose()
 
+    @property
+    def where(self) -> str:
+        """The endpoint's base URL without any credentials in it (for logs)."""
+        return self._where
+
     async def probe(self) -> bool:
         """Whether ``GET {url}/models`` answers with success within a couple of seconds."""
         try:
-            async with asyncio.timeout(min(self._settings.timeout_s, _PROBE_TIMEOUT_S)):
-                response = await self._http.get(f"{self._base}/models", headers=self._headers())
-        except (TimeoutError, httpx2.HTTPError):
+            await self.models()
+        except ChatUnavailable:
             return False
-        return response.is_success
+        return True
+
+    async def models(self) -> tuple[str, ...]:
+        """The model ids ``GET {url}/models`` lists, within a couple of seconds.
+
+        Empty when the answer is a success that lists none in OpenAI's shape (some servers
+        answer with a bare ``200``). Otherwise raises :class:`ChatUnavailable` with the message
+        ``"<url>: <why>"``.
+        """
+        limit = min(self._settings.timeout_s, _PROBE_TIMEOUT_S)
+        try:
+            async with asyncio.timeout(limit):
+                response = await self._http.get(f"{self._base}/models", headers=self._headers())
+                body = await response.aread()
+        except TimeoutError:
+            raise self._failure(False, f"no answer within {limit:g} s") from None
+        except httpx2.HTTPError as exc:
+            raise self._failure(False, self._describe(exc)) from None
+        if not response.is_success:
+            detail = _error_detail(body[:_ERROR_BODY_BYTES])
+            raise self._failure(False, f"HTTP {response.status_code}: {detail}")
+        try:
+            listed = json.loads(body)
+        except ValueError:
+            return ()
+        data = listed.get("data") if isinstance(listed, dict) else None
+        return tuple(
+            entry["id"] for entry in data or () if isinstance(entry, dict) and isinstance(entry.get("id"), str)
+        ) if isinstance(data, list) else ()
 
     async def stream(
         self,

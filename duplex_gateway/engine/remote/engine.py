@@ -97,6 +97,9 @@ class RemoteEngine(port.Engine):
             max_sessions=self.pool.capacity,
             # Backends speak vLLM-Omni's duplex protocol: its turn-taking passes through.
             native_turns=True,
+            # Session tools go to the backend and its calls come back; vLLM-Omni's
+            # response.create takes no per-reply voice or token limit, so none is claimed.
+            tools=True,
         )
         self._sessions: dict[str, RemoteSession] = {}
         self._health_task: asyncio.Task[None] | None = None

@@ -23,7 +23,13 @@ The two kinds of backend differ in three places (found from the
   ``response.create``;
 * a truncated reply is cut in a vLLM-Omni backend's history with
   ``conversation.item.truncate`` (its assistant items are ``item_<response id>``);
-  a gateway backend hears of it as a ``playback.ack``.
+  a gateway backend hears of it as a ``playback.ack``;
+* a reply's own tools go to a gateway backend with its ``response.create``; vLLM-Omni
+  refuses them there, so against it such a reply fails here (:func:`reply_refusal`).
+
+Function calls come back as the Realtime function-call events; vLLM-Omni wraps each
+call in a response of its own, which :class:`~duplex_gateway.engine.omni_tools.FunctionCalls`
+puts back on the reply in progress.
 """
 
 from __future__ import annotations
@@ -47,6 +53,17 @@ from duplex_gateway.audio.format import Encoding
 from duplex_gateway.audio.resample import StreamResampler
 from duplex_gateway.engine import port
 from duplex_gateway.engine.omni_fields import changed_fields, omni_session_fields
+from duplex_gateway.engine.omni_tools import (
+    FunctionCalls,
+    function_call_item,
+    function_output_item,
+    own_tools,
+    reply_tools_refusal,
+    session_tools,
+    token_usage,
+    tool_choice_object,
+    tool_object,
+)
 from duplex_gateway.session_config import Modality, SessionConfig, SessionKind
 
 __all__ = [
@@ -124,6 +141,8 @@ def session_object(config: SessionConfig, *, input_rate: int, output_rate: int, 
     if config.speed != 1.0:
         session["speed"] = config.speed
     session.update(omni_session_fields(config))
+    # The functions the model may call (vLLM-Omni keeps them as extra_body.realtime_tools).
+    session.update(session_tools(config.tools, config.tool_choice))
     # The model's knobs go as the client sent them, auto_response too: with it the backend's
     # own turn-taking decides which commits get a reply (the gateway session leaves it to it).
     session["extra_body"] = {
@@ -306,6 +325,11 @@ class BackendWire:
         #: vLLM-Omni answers the opening session.update with session.updated right after
         #: session.created: that one answers none of the updates sent since.
         self._open_echo = True
+        self._calls = FunctionCalls()
+        #: The session configuration last sent (what a reply's own tools are compared with).
+        self._config = SessionConfig()
+        #: vLLM-Omni: function outputs sent and not announced yet (event id -> item id).
+        self._outputs: OrderedDict[str, str] = OrderedDict()
 
     # -- port calls -> client events ----------------------------------------------------------
 
@@ -321,6 +345,7 @@ class BackendWire:
         """The ``session.update`` for ``config``: whole when opening, else only what changed
         (None: nothing did). An update's answer is taken by :meth:`take_update_answers`."""
         session = session_object(config, input_rate=self.input_rate, output_rate=self.output_rate, initial=False)
+        self._config = config
         if initial:
             self._session = session
             return self._event(
@@ -418,19 +443,72 @@ class BackendWire:
         placement: JsonObject = {"previous_item_id": previous_item_id} if previous_item_id is not None else {}
         return [self._event("conversation.item.create", item=item, **placement)]
 
+    def add_function_call(
+        self, *, item_id: str, call_id: str, name: str, arguments: str, previous_item_id: str | None = None
+    ) -> list[JsonObject]:
+        """A call the client replays (vLLM-Omni takes a function's output only for a call it knows)."""
+        item = function_call_item(item_id=item_id, call_id=call_id, name=name, arguments=arguments)
+        return self._create_item(item, previous_item_id)
+
+    def add_function_output(
+        self, *, item_id: str, call_id: str, output: str, previous_item_id: str | None = None
+    ) -> list[JsonObject]:
+        """A function's output; until vLLM-Omni announces it, :attr:`outputs_pending` holds."""
+        out = self._create_item(
+            function_output_item(item_id=item_id, call_id=call_id, output=output), previous_item_id
+        )
+        if self.kind is BackendKind.VLLM_OMNI and len(self._outputs) < _SENT_REMEMBERED:
+            self._outputs[str(out[0]["event_id"])] = item_id
+        return out
+
+    @property
+    def outputs_pending(self) -> bool:
+        """vLLM-Omni has not announced every function output sent yet.
+
+        Taking one, it spawns the continuation of the reply in progress, which for a
+        turn-commit model ends whatever reply is in progress when it runs; it runs once the
+        item is announced, so a reply asked for before that would be the one it ends.
+        """
+        return bool(self._outputs)
+
+    def forget_outputs(self) -> None:
+        """Stop waiting for announcements (they did not come in time)."""
+        self._outputs.clear()
+
+    def _create_item(self, item: JsonObject, previous_item_id: str | None) -> list[JsonObject]:
+        self._added_items.add(str(item["id"]))
+        placement: JsonObject = {"previous_item_id": previous_item_id} if previous_item_id is not None else {}
+        return [self._event("conversation.item.create", item=item, **placement)]
+
     def delete_item(self, item_id: str) -> list[JsonObject]:
-        """Forget an item the backend holds under our id (the text items we added)."""
+        """Forget an item the backend holds under our id (the items we added)."""
         if item_id not in self._added_items:
             return []
         self._added_items.discard(item_id)
         return [self._event("conversation.item.delete", item_id=item_id)]
 
-    def create_response(self, *, response_id: str, instructions: str | None) -> list[JsonObject]:
+    def reply_refusal(self, options: port.ResponseOptions | None) -> str | None:
+        """Why the backend cannot make a reply with ``options`` (None: it can).
+
+        vLLM-Omni's ``response.create`` takes no tools; a gateway backend's does.
+        """
+        if self.kind is not BackendKind.VLLM_OMNI:
+            return None
+        return reply_tools_refusal(options, self._config)
+
+    def create_response(
+        self, *, response_id: str, instructions: str | None, options: port.ResponseOptions | None = None
+    ) -> list[JsonObject]:
         out = self._ack_unreported()
-        options: JsonObject = {}
+        request: JsonObject = {}
         if instructions:
-            options["instructions"] = instructions
-        create = self._event("response.create", remember=True, **({"response": options} if options else {}))
+            request["instructions"] = instructions
+        if self.kind is BackendKind.GATEWAY and own_tools(options, self._config):
+            # Tools of its own (a gateway backend checks them against its engine).
+            assert options is not None
+            request["tools"] = [tool_object(tool) for tool in options.tools]
+            request["tool_choice"] = tool_choice_object(options.tool_choice)
+        create = self._event("response.create", remember=True, **({"response": request} if request else {}))
         self._requested.append(_Requested(gateway_id=response_id, event_id=str(create["event_id"])))
         out.append(create)
         return out
@@ -532,7 +610,22 @@ class BackendWire:
     def receive(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
         kind = event.get("type")
         if kind == "response.created":
-            return self._response_created(response_id_of(event))
+            return self._response_created(response_id_of(event), hold=True)
+        if kind in ("conversation.item.added", "conversation.item.created") and self._outputs:
+            item = event.get("item")
+            announced = item.get("id") if isinstance(item, Mapping) else None
+            for event_id in [e for e, item_id in self._outputs.items() if item_id == announced]:
+                del self._outputs[event_id]
+            return []
+        response_id = response_id_of(event)
+        calls = self._calls.translate(event, self._gateway_of)
+        if calls is not None:
+            return calls
+        if response_id is not None and self._calls.held(response_id):
+            # What the backend started beside the reply in progress carries more than a
+            # call: a reply of its own after all.
+            self._calls.release(response_id)
+            return [*self._response_created(response_id), *self.receive(event)]
         if kind in ("response.output_audio.delta", "response.audio.delta"):
             return self._audio(event)
         if kind in (
@@ -602,9 +695,11 @@ class BackendWire:
             return self._error(event)
         return []
 
-    def _response_created(self, backend_id: str | None) -> list[port.EngineEvent]:
+    def _response_created(self, backend_id: str | None, *, hold: bool = False) -> list[port.EngineEvent]:
         if not backend_id or backend_id in self._replies or backend_id in self._finished:
             return []
+        if hold and self._calls.created(backend_id, next(reversed(self._replies), None)):
+            return []  # maybe the wrapper of a function call of the reply in progress
         requested = self._requested.popleft() if self._requested else None
         gateway_id = requested.gateway_id if requested is not None and requested.gateway_id else backend_id
         reply = _Reply(gateway_id=gateway_id, output_rate=self.output_rate)
@@ -669,14 +764,22 @@ class BackendWire:
         if self.kind is BackendKind.VLLM_OMNI and reply.samples and not reply.acked:
             self._unreported.append(backend_id)
         port_status = status if status in ("completed", "cancelled") else "failed"
+        input_tokens, output_tokens = token_usage(response)
         out.append(
             port.EngineResponseDone(
                 response_id=reply.gateway_id,
                 status=port_status,
                 reason=reason if isinstance(reason, str) and reason else None,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
             )
         )
         return out
+
+    def _gateway_of(self, backend_id: str) -> str | None:
+        """The gateway's id of the reply in progress ``backend_id`` (None: gone or dropped)."""
+        reply = self._replies.get(backend_id)
+        return reply.gateway_id if reply is not None and not reply.dropped else None
 
     def _committed(self, backend_item: object) -> str:
         """The caller's item a backend commit is: the gateway's for its commits, else the backend's id."""
@@ -700,6 +803,7 @@ class BackendWire:
         code, message, related = error_fields(event)
         refused: list[port.EngineEvent] = []
         if related is not None:
+            self._outputs.pop(related, None)  # a refused output: nothing to wait for
             for requested in list(self._requested):
                 if requested.event_id == related:
                     # The backend refused this reply: it will never be announced, so the

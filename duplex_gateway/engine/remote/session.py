@@ -58,6 +58,8 @@ _RESUME_RETRY_S = 1.0
 _RESUME_EARLY_CODES = frozenset({"invalid_resume_token", "session_resume_conflict"})
 #: How long ``close`` waits for the backend's ``session.closed``.
 _CLOSE_WAIT_S = 2.0
+#: How long a reply waits for the backend to announce a function's output.
+_OUTPUT_TAKEN_TIMEOUT_S = 5.0
 
 
 class BackendRefused(Exception):
@@ -207,6 +209,8 @@ class RemoteSession(port.EngineSession):
         self._closing = False
         self._ended = False
         self._backend_closed = asyncio.Event()
+        #: Set after every backend event handled (what a wait for an announcement wakes on).
+        self._received = asyncio.Event()
         self._updates = PendingUpdates()
         self._last_sent = asyncio.get_running_loop().time()
         self._reader = asyncio.create_task(self._read_loop(), name=f"remote-reader:{session_id}")
@@ -236,6 +240,7 @@ class RemoteSession(port.EngineSession):
         engine_decides: bool = False,
         is_speech: bool | None = None,
     ) -> None:
+        await self._outputs_taken()
         await self._send(
             self._wire.commit(
                 item_id=item_id, response_id=response_id, final=final, engine_decides=engine_decides,
@@ -255,6 +260,20 @@ class RemoteSession(port.EngineSession):
     async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
         await self._send(self._wire.add_item(item_id=item_id, role=role, text=text, previous_item_id=previous_item_id))
 
+    async def add_function_call(
+        self, *, item_id: str, call_id: str, name: str, arguments: str, previous_item_id: str | None = None
+    ) -> None:
+        await self._send(self._wire.add_function_call(
+            item_id=item_id, call_id=call_id, name=name, arguments=arguments, previous_item_id=previous_item_id
+        ))
+
+    async def add_function_output(
+        self, *, item_id: str, call_id: str, output: str, previous_item_id: str | None = None
+    ) -> None:
+        await self._send(self._wire.add_function_output(
+            item_id=item_id, call_id=call_id, output=output, previous_item_id=previous_item_id
+        ))
+
     async def delete_item(self, item_id: str) -> None:
         await self._send(self._wire.delete_item(item_id))
 
@@ -264,7 +283,18 @@ class RemoteSession(port.EngineSession):
     async def create_response(
         self, *, response_id: str, instructions: str | None, options: port.ResponseOptions | None = None
     ) -> None:
-        await self._send(self._wire.create_response(response_id=response_id, instructions=instructions))
+        refusal = self._wire.reply_refusal(options)
+        if refusal is not None:
+            if self._ended or self._closing:
+                return  # the session is over: nobody reads its events any more
+            # Nothing goes to the backend: the reply ends here, failed, and the client is told why.
+            await self._events.put(port.EngineError(code="unsupported_by_engine", message=refusal))
+            await self._events.put(
+                port.EngineResponseDone(response_id=response_id, status="failed", reason="unsupported_by_engine")
+            )
+            return
+        await self._outputs_taken()
+        await self._send(self._wire.create_response(response_id=response_id, instructions=instructions, options=options))
 
     async def cancel_response(self, response_id: str) -> None:
         await self._send(self._wire.cancel_response(response_id))
@@ -307,6 +337,18 @@ class RemoteSession(port.EngineSession):
         """Send ``session.heartbeat`` if nothing went to the backend for ``heartbeat_interval_s``."""
         if asyncio.get_running_loop().time() - self._last_sent >= self._options.heartbeat_interval_s:
             await self._send([{"type": "session.heartbeat"}])
+
+    async def _outputs_taken(self) -> None:
+        """Wait until the backend announced the function outputs sent (see ``BackendWire.outputs_pending``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _OUTPUT_TAKEN_TIMEOUT_S
+        while self._wire.outputs_pending and not (self._ended or self._closing):
+            self._received.clear()
+            try:
+                await asyncio.wait_for(self._received.wait(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                self._wire.forget_outputs()
+                return
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -391,6 +433,7 @@ class RemoteSession(port.EngineSession):
             return False
         for out in self._wire.receive(event):
             await self._events.put(out)
+        self._received.set()
         for event_id, refusal in self._wire.take_update_answers():
             self._updates.settle(event_id, refusal)
         late = self._wire.take_outgoing()
@@ -500,6 +543,7 @@ class RemoteSession(port.EngineSession):
             return
         self._ended = True
         self._updates.refuse_all("session_closed", "the backend session ended")
+        self._received.set()  # a reply waiting for an announcement waits no more
         self._held = None
         self._events.put_urgent(closed)
         self._on_end(self)

@@ -12,6 +12,11 @@ the real ``DuplexOmniEngine`` / ``AsyncOmniEngine`` with the fake stage mixed in
 (see :mod:`tests.omni.fake_stage.stage`). The model is the folder ``model/``
 (a ``config.json`` only) with ``deploy_duplex.yaml`` / ``deploy_turn.yaml``.
 
+In a duplex session with tools the fake model calls the tool its instructions name
+(or the one ``tool_choice`` forces) instead of answering, through vLLM-Omni's real
+function-call path, and the reply after the function's output starts with what it
+returned (see :mod:`tests.omni.fake_stage.plugin`).
+
 Environment:
 
 - ``FAKE_OMNI_CALL_LOG``: JSONL file receiving every engine-side call;

@@ -42,7 +42,14 @@ from vllm_omni.engine.stage_pool import StagePool
 from vllm_omni.engine.stage_runtime import StageRuntimeInfo
 from vllm_omni.outputs.output_processor import MultimodalOutputProcessor
 
-from tests.omni.fake_stage.plugin import AUDIO_KEY, RATE_KEY
+from tests.omni.fake_stage.plugin import (
+    AUDIO_KEY,
+    FUNCTION_OUTPUTS_KEY,
+    RATE_KEY,
+    TOOL_CALL_KEY,
+    TOOL_CLOSE,
+    TOOL_OPEN,
+)
 
 __all__ = ["CallLog", "EchoStageClient", "FakeInputProcessor", "FakeStageEngineMixin", "byte_tokenizer"]
 
@@ -138,6 +145,8 @@ class EchoStageClient:
         self._chunks = max(1, chunks)
         self._chunk_delay_s = max(0.0, chunk_delay_s)
         self._pending: dict[str, list[np.ndarray]] = {}
+        #: What a request's reply is besides the echo: a function call, or function outputs to use.
+        self._asks: dict[str, dict[str, str]] = {}
         self._speaking: dict[str, asyncio.Task[None]] = {}
         self._outputs: asyncio.Queue[OmniEngineCoreOutputs] | None = None
 
@@ -153,6 +162,10 @@ class EchoStageClient:
         buffer = getattr(request, "model_intermediate_buffer", None) or {}
         audio = buffer.get(AUDIO_KEY)
         parts = self._pending.setdefault(rid, [])
+        asks = self._asks.setdefault(rid, {})
+        for key in (TOOL_CALL_KEY, FUNCTION_OUTPUTS_KEY):
+            if isinstance(buffer.get(key), str):
+                asks[key] = buffer[key]
         samples = 0
         if audio is not None:
             rate = int(buffer.get(RATE_KEY) or 16_000)
@@ -173,7 +186,8 @@ class EchoStageClient:
         )
         if not request.resumable:  # the turn's input is complete: answer it
             turn = self._pending.pop(rid)
-            self._speaking[rid] = asyncio.create_task(self._speak(rid, turn), name=f"fake-echo:{rid}")
+            asks = self._asks.pop(rid, {})
+            self._speaking[rid] = asyncio.create_task(self._speak(rid, turn, asks), name=f"fake-echo:{rid}")
 
     async def get_output_async(self) -> OmniEngineCoreOutputs:
         return await self._queue().get()
@@ -182,6 +196,7 @@ class EchoStageClient:
         self._calls.write("stage.abort", request_ids=list(request_ids))
         for rid in request_ids:
             self._pending.pop(rid, None)
+            self._asks.pop(rid, None)
             task = self._speaking.pop(rid, None)
             if task is not None:
                 task.cancel()
@@ -215,14 +230,23 @@ class EchoStageClient:
 
     # -- generation ------------------------------------------------------------------------
 
-    async def _speak(self, rid: str, parts: list[np.ndarray]) -> None:
+    async def _speak(self, rid: str, parts: list[np.ndarray], asks: dict[str, str] | None = None) -> None:
+        asks = asks or {}
         audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
         seconds = audio.size / OUTPUT_RATE
-        if audio.size:
+        if TOOL_CALL_KEY in asks:
+            # A function call instead of speech: its text in the model's tool-call markers, no audio.
+            text = f"{TOOL_OPEN}{asks[TOOL_CALL_KEY]}{TOOL_CLOSE}"
+            audio = np.zeros(0, dtype=np.float32)
+        elif audio.size:
             text = f"(echo of {seconds:.1f} s of your audio)"
         else:
             text = "(nothing to echo)"
             audio = np.zeros(OUTPUT_RATE // 10, dtype=np.float32)
+        if FUNCTION_OUTPUTS_KEY in asks:
+            # The reply uses what the client's functions returned.
+            said = "; ".join(json.loads(asks[FUNCTION_OUTPUTS_KEY]))
+            text = f"(the function said: {said}) {text}"
         token_ids = self._tokenizer.encode(text, add_special_tokens=False)
         audio_chunks = np.array_split(audio, self._chunks)
         text_chunks = np.array_split(np.asarray(token_ids, dtype=np.int64), self._chunks)
