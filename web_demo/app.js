@@ -11,6 +11,7 @@ import { JitterEstimator } from './lib/jitter.js';
 import { CaptureClock, LatencyTracker } from './lib/latency.js';
 import { RealtimeClient } from './lib/realtime-client.js';
 import { renderLatency } from './lib/timeline.js';
+import { DEMO_TOOL, runTool } from './lib/tools.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -49,7 +50,9 @@ function initSettingsForm() {
   if (saved.voice) fillVoices([saved.voice], saved.voice);
   for (const [name, value] of Object.entries(saved)) {
     const field = form.elements.namedItem(name);
-    if (field && name !== 'apiKey' && name !== 'device' && name !== 'speaker') field.value = value;
+    if (!field || name === 'apiKey' || name === 'device' || name === 'speaker') continue;
+    if (field.type === 'checkbox') field.checked = value === true;
+    else field.value = value;
   }
   $('api-key').value = sessionStorage.getItem(`${STORAGE_KEY}:key`) || '';
   for (const dir of ['in', 'out']) fitRateToFormat(dir);
@@ -101,6 +104,7 @@ function readSettings() {
     outRate: num('out-rate', 24000),
     frameMs: num('frame-ms', 20),
     instructions: $('instructions').value.trim(),
+    demoTool: $('demo-tool').checked,
   };
 }
 
@@ -135,9 +139,13 @@ const stats = {
   reconnects: 0,
   resumes: 0,
   retryInS: null, // seconds left before the next automatic retry (the countdown shown)
+  assistantState: 'idle', // idle | listening | thinking | speaking
+  assistantLevel: 0, // the assistant meter, 0-100
 };
 const errors = [];
 const recentEvents = [];
+const assistantStates = [];
+const announcements = [];
 
 // ---------------------------------------------------------------------------
 // What the running engine does (session.capabilities.engine), in one line
@@ -151,10 +159,14 @@ const ABILITIES = {
   remote: 'A speech model on a pool of vLLM-Omni servers: talk to it as to an assistant, it answers in speech with a transcript.',
 };
 
-function abilitiesText(engine) {
+function abilitiesText(engine, functionCalling = false) {
   if (!engine) return '';
   const what = ABILITIES[engine] || `The “${engine}” engine answers each of your turns in speech.`;
-  return `What the assistant does: ${what}`;
+  // The engine says so in session.created (capabilities.function_calling).
+  const tools = functionCalling
+    ? ' It can call functions the page offers (function calling): turn on Settings › Demo tool and ask what time it is in a city.'
+    : '';
+  return `What the assistant does: ${what}${tools}`;
 }
 
 // ---------------------------------------------------------------------------
@@ -233,7 +245,7 @@ function renderLog() {
 const PER_SESSION = {
   samplesPlayed: 0, bufferedMs: 0, underruns: 0, flushes: 0, truncatesSent: 0, acksSent: 0,
   responses: 0, responsesCancelled: 0, turns: 0, lastLatencyMs: null, medianLatencyMs: null,
-  framesSent: 0, audioMsSent: 0, heartbeatsSent: 0, silentFramesSent: 0,
+  framesSent: 0, audioMsSent: 0, heartbeatsSent: 0, silentFramesSent: 0, toolCalls: 0, toolOutputsSent: 0,
 };
 Object.assign(stats, PER_SESSION);
 // The playback worklet counts from its own start; these are its counts at the last reset.
@@ -253,7 +265,11 @@ let updateCount = 0;
 let pendingUpdateId = null; // event_id of the session.update awaiting its answer
 let activeResponseId = null;
 const speechStartMs = new Map(); // caller item -> audio_start_ms (for the bubble's duration)
-/** responseId -> {itemId, rate, receivedSamples, audio, fenced, ended, finished} */
+/**
+ * responseId -> {itemId, rate, receivedSamples, audio, fenced, ended, finished, started, drained, done}:
+ * started/drained come from the playback worklet (its first sample reached the output / its last
+ * one did), done from response.done, fenced when the caller cut it off.
+ */
 const responses = new Map();
 
 const view = new ConversationView($('transcript'), $('empty-hint'));
@@ -263,11 +279,15 @@ const latency = new LatencyTracker((turn) => {
   stats.turns = latency.turns.length;
   stats.lastLatencyMs = turn.totalMs;
   stats.medianLatencyMs = latency.median();
+  renderLatencyPanel();
+});
+
+function renderLatencyPanel() {
   renderLatency(
-    { value: $('latency-value'), median: $('latency-median'), timeline: $('timeline') },
+    { value: $('latency-value'), median: $('latency-median'), timeline: $('timeline'), note: $('stages-note') },
     latency.turns,
   );
-});
+}
 
 const audio = new AudioIO({ onFrame, onPlayback });
 const client = new RealtimeClient({
@@ -295,7 +315,14 @@ window.__demo = {
     return client.sent;
   },
   transcript: () => view.snapshot(),
-  turns: () => latency.turns.map(({ id, totalMs, parts, how }) => ({ id, totalMs, parts, how })),
+  turns: () =>
+    latency.turns.map(({ id, totalMs, parts, how, responseId, server }) => ({
+      id, totalMs, parts, how, responseId, server: server ?? null,
+    })),
+  /** Every change of the assistant's state: {state, t} (t: performance.now()). */
+  assistantStates,
+  /** What the screen-reader status line said about the assistant, in order. */
+  announcements,
   client,
   audio,
   get muted() {
@@ -332,6 +359,7 @@ function readSession(s, previous = null) {
     voice: aout?.voice ?? s.voice,
     voices: s.capabilities?.voices || previous?.voices || [],
     engine: s.capabilities?.engine || previous?.engine,
+    functionCalling: s.capabilities?.function_calling ?? previous?.functionCalling ?? false,
   };
 }
 
@@ -355,12 +383,20 @@ function sendSessionUpdate() {
   // Instructions go out once set, and again (empty) when they are cleared.
   const instructions = s.instructions || instructionsSent ? { instructions: s.instructions } : {};
   instructionsSent = Boolean(s.instructions);
+  // The demo tool goes out while it is on; once it has been offered, every update says
+  // `tools: []` while it is off (an update that was refused must not leave it offered).
+  const tools = s.demoTool ? { tools: [DEMO_TOOL], tool_choice: 'auto' } : toolsOffered ? { tools: [] } : {};
+  toolsOffered = toolsOffered || s.demoTool;
+  // Every update replaces the session's `include`, so each one (Settings › Apply too) asks again.
+  const include = askLatency ? { include: [LATENCY_EVENT] } : {};
   client.send({
     type: 'session.update',
     event_id: pendingUpdateId,
     session: {
       type: 'realtime',
       ...instructions,
+      ...tools,
+      ...include,
       audio: {
         input: {
           format: { type: FORMATS[s.inFormat].ga, rate: s.inRate },
@@ -383,7 +419,11 @@ function adoptSession(s) {
 }
 
 let pttMode = false; // the live session has no turn detection (push-to-talk)
+/** The gateway's per-reply latency breakdown, a gateway extension asked for with session.include. */
+const LATENCY_EVENT = 'turn.latency';
+let askLatency = true; // off once a gateway refused the include (another Realtime server)
 let instructionsSent = false; // this session was given instructions
+let toolsOffered = false; // this session was offered the demo tool
 
 /** Point capture, playback and the UI at `session`, and let the mic stream. */
 function applySession() {
@@ -401,7 +441,7 @@ function applySession() {
   }
   $('ptt').hidden = !ptt;
   $('ptt-hint').hidden = !ptt;
-  const abilities = abilitiesText(session.engine);
+  const abilities = abilitiesText(session.engine, session.functionCalling);
   $('abilities').textContent = abilities;
   $('abilities').hidden = !abilities;
   const fmt = (f) => `${f.format} ${f.rate / 1000} kHz`;
@@ -440,9 +480,12 @@ function onSession({ resumed, event }) {
   view.settlePartials();
   session = readSession(event.session || {});
   instructionsSent = false;
+  toolsOffered = false;
+  resetToolCalls();
   // Offer the engine's voices before asking for one of them.
   if (session.voices.length) fillVoices(session.voices);
   sendSessionUpdate();
+  updateAssistantState();
 }
 
 /** Every per-session counter and the latency panel back to zero (a new session). */
@@ -452,7 +495,7 @@ function resetCounters() {
   latency.reset();
   latency.turns.length = 0;
   latency.count = 0;
-  renderLatency({ value: $('latency-value'), median: $('latency-median'), timeline: $('timeline') }, latency.turns);
+  renderLatencyPanel();
   renderStats();
 }
 
@@ -484,11 +527,15 @@ function onFrame(frame) {
   stats.audioMsSent += ms;
 }
 
+/** dBFS mapped to 0-100 over a 60 dB range: speech sits in the upper half. */
+function levelPercent(rms) {
+  const db = 20 * Math.log10(Math.max(rms, 1e-6));
+  return Math.round(Math.min(100, Math.max(0, ((db + 60) / 60) * 100)));
+}
+
 let levelPending = null;
 function showLevel(rms) {
-  // dBFS mapped to 0-100 over a 60 dB range: speech sits in the upper half.
-  const db = 20 * Math.log10(Math.max(rms, 1e-6));
-  const pct = Math.round(Math.min(100, Math.max(0, ((db + 60) / 60) * 100)));
+  const pct = levelPercent(rms);
   if (levelPending !== null) {
     levelPending = pct;
     return;
@@ -500,6 +547,83 @@ function showLevel(rms) {
     meter.setAttribute('aria-valuenow', String(levelPending));
     levelPending = null;
   });
+}
+
+// ---------------------------------------------------------------------------
+// What the assistant is doing, and the level of its voice
+
+const ASSISTANT_TEXT = { idle: 'not connected', listening: 'listening', thinking: 'thinking…', speaking: 'speaking' };
+// A state is read out only once it has held this long: a quick reply goes from thinking to
+// speaking in a blink, and the screen reader should say where things settled, not each step.
+const ANNOUNCE_AFTER_MS = 700;
+let assistantState = 'idle';
+let announced = 'listening';
+let announceTimer = null;
+
+/**
+ * From the replies' own progress, not from audio arriving: speaking is the page's playback
+ * (first sample out until the last one played or the reply was cut off).
+ */
+function currentAssistantState() {
+  if (!client.ready || !session) return 'idle';
+  let thinking = false;
+  for (const r of responses.values()) {
+    if (r.fenced) continue; // cut off: nothing of it plays any more
+    // Played out but not yet done: more of the reply may still come, it has the floor.
+    if ((r.started && !r.drained) || (r.drained && !r.done)) return 'speaking';
+    // Asked for and still running, or its audio waits in the jitter buffer.
+    if (!r.done || (r.audio && !r.started)) thinking = true;
+  }
+  return thinking ? 'thinking' : 'listening';
+}
+
+function updateAssistantState() {
+  const state = currentAssistantState();
+  stats.assistantState = state;
+  if (state === assistantState) return;
+  assistantState = state;
+  assistantStates.push({ state, t: Math.round(performance.now()) });
+  if (assistantStates.length > 400) assistantStates.splice(0, 100);
+  const el = $('assistant-state');
+  el.dataset.state = state;
+  el.textContent = ASSISTANT_TEXT[state];
+  clearTimeout(announceTimer);
+  if (state === 'idle') {
+    // The connection line speaks for connecting; the first "listening" needs no words of its own.
+    announced = 'listening';
+    $('assistant-announce').textContent = '';
+    return;
+  }
+  announceTimer = setTimeout(() => {
+    if (state === announced) return;
+    announced = state;
+    const text = `Assistant is ${ASSISTANT_TEXT[state].replace('…', '')}`;
+    $('assistant-announce').textContent = text;
+    announcements.push(text);
+  }, ANNOUNCE_AFTER_MS);
+}
+
+let outLevelShown = -1;
+let outMeterRunning = false;
+
+/** The assistant meter follows the played audio once per frame while the audio graph runs. */
+function outputMeter() {
+  const pct = audio.running ? levelPercent(audio.outputLevel()) : 0;
+  stats.assistantLevel = pct;
+  if (pct !== outLevelShown) {
+    outLevelShown = pct;
+    const meter = $('out-meter');
+    meter.firstElementChild.style.width = `${pct}%`;
+    meter.setAttribute('aria-valuenow', String(pct));
+  }
+  if (audio.running) requestAnimationFrame(outputMeter);
+  else outMeterRunning = false;
+}
+
+function startOutputMeter() {
+  if (outMeterRunning) return;
+  outMeterRunning = true;
+  requestAnimationFrame(outputMeter);
 }
 
 // ---------------------------------------------------------------------------
@@ -523,6 +647,7 @@ function onEvent(ev) {
   if (recentEvents.length > 400) recentEvents.splice(0, 100);
   const handler = HANDLERS[ev.type];
   if (handler) handler(ev);
+  updateAssistantState();
 }
 
 function onAudioDelta(ev) {
@@ -557,6 +682,7 @@ function onResponseDone(ev) {
   stats.responses += 1;
   if (activeResponseId === id) activeResponseId = null;
   const r = responses.get(id);
+  if (r) r.done = true;
   if (status === 'cancelled') {
     stats.responsesCancelled += 1;
     latency.responseEnded(id);
@@ -571,6 +697,15 @@ function onResponseDone(ev) {
 
 function onError(ev) {
   const e = ev.error || {};
+  if (askLatency && pendingUpdateId && e.event_id === pendingUpdateId && /(^|\.)include\b/.test(e.param || '')) {
+    // A Realtime server that does not offer the breakdown: the rest of the update still matters.
+    console.info(client.redact(`the gateway does not offer ${LATENCY_EVENT} (${e.message}); updating without it`));
+    // Handled here: a later close must not be explained with this refusal.
+    client.lastError = null;
+    askLatency = false;
+    sendSessionUpdate();
+    return;
+  }
   errors.push(e);
   console.warn(client.redact(`gateway error ${e.code}: ${e.message}`));
   notice(`The gateway reported an error: ${quoteServer(e.message || e.code || 'error')} (${e.code || 'error'}).`);
@@ -602,7 +737,114 @@ function onItem(ev) {
     else if (part.transcript) view.callerFinal(item.id, part.transcript);
   } else if (item.role === 'assistant') {
     view.ensure(item.id, 'assistant');
+  } else if (item.type === 'function_call') {
+    view.toolCall(item.id, { name: item.name, callId: item.call_id, args: item.arguments });
   }
+}
+
+// ---------------------------------------------------------------------------
+// Function calls: the model calls, the page runs the function and answers
+
+/** responseId -> [{itemId, callId, name, args}]: complete calls waiting for their reply's end. */
+const pendingCalls = new Map();
+const answeredCalls = new Set(); // call_ids the page sent an output for
+let followUpWanted = false; // outputs were sent while another reply ran: ask for the reply after it
+
+function resetToolCalls() {
+  pendingCalls.clear();
+  answeredCalls.clear();
+  followUpWanted = false;
+}
+
+/** A call whose arguments are complete: it is run once its reply is over. */
+function callComplete(responseId, { itemId, callId, name, args }) {
+  if (!callId || answeredCalls.has(callId)) return;
+  view.toolArgsDone(itemId, { name, callId, args });
+  const calls = pendingCalls.get(responseId) ?? [];
+  const known = calls.find((c) => c.callId === callId);
+  if (known) Object.assign(known, { name: name || known.name, args: args ?? known.args });
+  else {
+    calls.push({ itemId, callId, name, args: args ?? '' });
+    stats.toolCalls += 1;
+  }
+  pendingCalls.set(responseId, calls);
+  if (pendingCalls.size > 16) pendingCalls.delete(pendingCalls.keys().next().value);
+}
+
+/**
+ * The calls a finished reply leaves to answer. response.done's output names them too
+ * (a server may send no per-call events). A reply that did not complete (cut off by
+ * the caller, failed) leaves none: the caller has moved on.
+ */
+function callsToAnswer(ev, id) {
+  const calls = pendingCalls.get(id) ?? [];
+  pendingCalls.delete(id);
+  if (ev.response?.status !== 'completed') {
+    for (const c of calls) view.toolNotRun(c.itemId, 'not run: the reply was cut off');
+    return [];
+  }
+  for (const item of ev.response?.output ?? []) {
+    if (item?.type !== 'function_call' || item.status !== 'completed' || !item.call_id) continue;
+    if (calls.some((c) => c.callId === item.call_id)) continue;
+    view.toolCall(item.id, { name: item.name, callId: item.call_id });
+    view.toolArgsDone(item.id, { name: item.name, callId: item.call_id, args: item.arguments ?? '' });
+    calls.push({ itemId: item.id, callId: item.call_id, name: item.name, args: item.arguments ?? '' });
+    stats.toolCalls += 1;
+  }
+  return calls.filter((c) => !answeredCalls.has(c.callId));
+}
+
+/** Run each call here, send its output, then ask for the reply that uses them. */
+function answerCalls(calls) {
+  let sent = 0;
+  for (const call of calls) {
+    answeredCalls.add(call.callId);
+    const output = runTool(call.name, call.args);
+    const ok = client.send({
+      type: 'conversation.item.create',
+      item: { type: 'function_call_output', call_id: call.callId, output },
+    });
+    if (!ok) {
+      view.toolNotRun(call.itemId, 'not answered: the connection was lost');
+      continue;
+    }
+    sent += 1;
+    stats.toolOutputsSent += 1;
+    view.toolResult(call.itemId, output);
+  }
+  if (!sent) return;
+  // The gateway refuses a second reply while one runs: ask once that one is over.
+  if (activeResponseId) followUpWanted = true;
+  else askFollowUp();
+}
+
+function askFollowUp() {
+  followUpWanted = false;
+  client.send({ type: 'response.create' });
+}
+
+function onCallArgumentsDone(ev) {
+  callComplete(ev.response_id, { itemId: ev.item_id, callId: ev.call_id, name: ev.name, args: ev.arguments });
+}
+
+function onOutputItemDone(ev) {
+  const item = ev.item || {};
+  if (item.type !== 'function_call' || !item.id) return;
+  if (item.status === 'completed') {
+    callComplete(ev.response_id, { itemId: item.id, callId: item.call_id, name: item.name, args: item.arguments });
+  } else {
+    view.toolNotRun(item.id, 'not run: the call was cut off');
+  }
+}
+
+function onResponseDoneWithCalls(ev) {
+  const id = ev.response_id || ev.response?.id;
+  const calls = callsToAnswer(ev, id);
+  // The caller's turn is answered by the reply that speaks the result: its latency runs on.
+  if (calls.length) latency.handOver(id);
+  onResponseDone(ev);
+  if (calls.length) answerCalls(calls);
+  else if (followUpWanted && !activeResponseId) askFollowUp();
 }
 
 const HANDLERS = {
@@ -685,7 +927,14 @@ const HANDLERS = {
   'response.audio_transcript.done': transcriptDone,
   'response.output_text.done': transcriptDone,
   'response.text.done': transcriptDone,
-  'response.done': onResponseDone,
+  'response.function_call_arguments.delta': (ev) => view.toolArgsDelta(ev.item_id, ev.delta || ''),
+  'response.function_call_arguments.done': onCallArgumentsDone,
+  'response.output_item.done': onOutputItemDone,
+  'response.done': onResponseDoneWithCalls,
+  [LATENCY_EVENT]: (ev) => {
+    const turn = latency.serverBreakdown(ev.response_id, ev);
+    if (turn) renderLatencyPanel();
+  },
   'session.closed': (ev) => notice(`The gateway closed the session${ev.reason ? `: ${quoteServer(ev.reason)}` : ''}.`),
   error: onError,
 };
@@ -703,6 +952,8 @@ function onPlayback(msg) {
       break;
     case 'started': {
       latency.playbackStarted(msg.responseId, msg.time);
+      const r = responses.get(msg.responseId);
+      if (r) r.started = true;
       break;
     }
     case 'drained': {
@@ -710,6 +961,7 @@ function onPlayback(msg) {
       const r = responses.get(msg.responseId);
       if (!r || r.finished) break;
       r.finished = true;
+      r.drained = true;
       const played = Math.min(Math.floor((msg.playedSamples * 1000) / msg.sampleRate), receivedMs(r));
       if (client.send({ type: 'playback.ack', response_id: msg.responseId, item_id: msg.itemId, played_ms: played })) {
         stats.acksSent += 1;
@@ -723,6 +975,7 @@ function onPlayback(msg) {
     default:
       break;
   }
+  updateAssistantState();
 }
 
 /**
@@ -734,6 +987,8 @@ async function interruptPlayback(reason) {
   // Anything the gateway still sends for the current reply is stale from here on.
   if (activeResponseId) responseFor(activeResponseId).fenced = true;
   for (const [, r] of live) r.fenced = true;
+  // Cut off is cut off: back to listening now, not when the worklet confirms.
+  updateAssistantState();
   if (live.length === 0) return false;
   const result = await audio.flush(reason);
   let cut = false;
@@ -764,7 +1019,7 @@ const STATE_TEXT = {
   resuming: () => 'Resuming session…',
   connected: (d) => (d.resumed ? 'Connected · resumed' : 'Connected'),
   reconnecting: (d) => (d.hadSession ? 'Reconnecting…' : 'Not connected'),
-  closed: () => 'Closed by the gateway',
+  closed: (d) => (d.refusal ? 'Refused by the gateway' : 'Closed by the gateway'),
   failed: (d) => (d.problem === 'lost' ? 'Connection lost' : 'Not connected'),
 };
 
@@ -783,7 +1038,7 @@ function serverWords(d) {
 /** What a close by the gateway means for the user, and what to do about it. */
 function closeAdvice(d) {
   const code = d.error?.code || d.reason;
-  if (code === 'unauthorized' || code === 'invalid_api_key' || d.code === 1008) {
+  if (code === 'unauthorized' || code === 'invalid_api_key') {
     return 'The gateway refused the connection: check the API key (Settings › API key), then press Connect.';
   }
   if (code === 'session_limit' || (d.code === 1013 && code !== 'engine_unavailable')) {
@@ -792,6 +1047,7 @@ function closeAdvice(d) {
   if (code === 'engine_unavailable') return 'The gateway’s speech engine is not ready, try again later.';
   const byCode = {
     1000: 'The gateway ended the session. Press Connect to start a new one.',
+    1008: 'The gateway refused the connection.',
     1009: 'The gateway closed the connection because a message was too large.',
     4000: 'The session ended after a long time without any audio (idle timeout). Press Connect to start a new one.',
     4001: 'The session reached its maximum length. Press Connect to start a new one.',
@@ -799,6 +1055,25 @@ function closeAdvice(d) {
     4003: 'The speech engine ended the session. Press Connect to start a new one.',
   };
   return byCode[d.code] || 'The gateway closed the connection.';
+}
+
+/**
+ * A handshake the gateway refused before the upgrade (what GET /v1/auth/check answered): what to
+ * do, by its error code, then the gateway's own message and the HTTP status. Never the key.
+ */
+function refusalText(r) {
+  const seconds = (s) => `${s} second${s === 1 ? '' : 's'}`;
+  const advice = {
+    unauthorized: readSettings().apiKey.trim()
+      ? 'The gateway refused the API key: check the API key (Settings › API key), then press Connect.'
+      : 'The gateway needs an API key: enter it in Settings › API key, then press Connect.',
+    forbidden: 'This API key is not allowed here (this kind of session, or this gateway’s engine): use another key, or ask whoever runs the gateway to allow it.',
+    origin_not_allowed: `This page’s origin (${location.origin}) is not on the gateway’s list of allowed origins (auth.allowed_origins): open the page from an allowed origin, or ask whoever runs the gateway to add it.`,
+    rate_limited: `Too many connection attempts from this address: wait ${r.retryAfterS != null ? seconds(r.retryAfterS) : 'a moment'}, then press Retry.`,
+    session_limit: `The gateway is full, try again later (press Retry${r.retryAfterS != null ? ` in ${seconds(r.retryAfterS)} or more` : ' in a while'}).`,
+  }[r.code] || 'The gateway refused the connection.';
+  const said = r.message ? `The gateway said ${quoteServer(r.message)}` : 'The gateway gave no reason';
+  return `${advice} ${said} (HTTP ${r.status} ${client.redact(r.code)}).`;
 }
 
 const unreachable = (d) =>
@@ -827,6 +1102,7 @@ function connectionStatus(state, d) {
       return { text: lead, kind: 'warn', retry: d };
     }
     case 'closed':
+      if (d.refusal) return { text: refusalText(d.refusal), kind: 'error' };
       return { text: `${closeAdvice(d)} ${serverWords(d)}`, kind: 'error' };
     case 'failed':
       if (d.problem === 'invalid_url') {
@@ -866,6 +1142,7 @@ function onState(state, detail) {
   renderCountdown();
   if (state === 'closed' || state === 'failed') void stopAudio();
   updateControls();
+  updateAssistantState();
 }
 
 /** The retry countdown, in whole seconds, counting down to the next attempt. */
@@ -1017,8 +1294,11 @@ async function toggleConnection() {
   // A fresh playback worklet counts from zero.
   playbackLast = { samplesPlayed: 0, underruns: 0 };
   Object.assign(playbackBase, playbackLast);
+  startOutputMeter();
   void refreshDevices();
   appliedConnection = { url: s.url, apiKey: s.apiKey };
+  // Another gateway may offer what the last one did not.
+  askLatency = true;
   connectedAt = performance.now();
   client.connect();
 }
@@ -1083,10 +1363,15 @@ function exportTranscript(kind) {
     download(exportName('json'), `${JSON.stringify(doc, null, 2)}\n`, 'application/json');
     return;
   }
-  const lines = items.map((e) => {
+  const lines = items.flatMap((e) => {
+    if (e.role === 'tool') {
+      const note = e.interrupted ? ' [not run]' : e.output === null ? ' [no result]' : '';
+      const call = `[${e.at}] Tool call: ${e.text}${note}`;
+      return e.output === null ? [call] : [call, `[${e.at}] Tool result: ${e.output}`];
+    }
     const who = e.role === 'user' ? 'You' : 'Assistant';
     const note = e.interrupted ? ' [interrupted]' : e.final ? '' : ' [unfinished]';
-    return `[${e.at}] ${who}: ${e.text}${note}`;
+    return [`[${e.at}] ${who}: ${e.text}${note}`];
   });
   download(exportName('txt'), `${lines.join('\n')}\n`, 'text/plain');
 }

@@ -6,7 +6,8 @@ fails a test).
 
 * the dark theme follows ``prefers-color-scheme: dark``; the light one is the default;
 * axe-core, run inside the page, finds no serious or critical violation in either theme (connected,
-  with a conversation, Settings and the event log open). axe-core comes from the npm registry
+  with a conversation, the assistant's state and meter, a turn with the gateway's latency breakdown,
+  Settings and the event log open). axe-core comes from the npm registry
   through ``tests/browser/package.json`` (``npm ci --prefix tests/browser``); without it that test
   is skipped and says so;
 * the line under the header says what the running engine does;
@@ -119,6 +120,11 @@ def test_axe_finds_no_serious_violation_in_light_and_dark(echo: Gateway, tmp_pat
         page.add_script_tag(path=str(AXE))
         _connect(browser)
         _wait_reply(browser)  # a caller bubble and a reply bubble are on the page
+        # A measured turn with the gateway's breakdown under its bar, and the assistant's row.
+        browser.wait(
+            "document.querySelector('#timeline .stages') !== null", 30, "a turn with the gateway's stages"
+        )
+        assert page.locator("#assistant-state").inner_text() in ("listening", "thinking…", "speaking")
         open_settings(page)
         _open(page, "log-panel")
         page.locator("#mute").click()  # a pressed toggle is checked too
@@ -127,10 +133,13 @@ def test_axe_finds_no_serious_violation_in_light_and_dark(echo: Gateway, tmp_pat
             page.emulate_media(color_scheme=scheme)
             violations = page.evaluate(AXE_RUN)
             assert violations == [], (scheme, json.dumps(violations, indent=1))
-        # The "▸" of a collapsible heading is not read out; "speaking…" is not a live region.
+        # The "▸" of a collapsible heading is not read out; "speaking…", the assistant's state and
+        # the latency figure are not live regions (a status line announces the settled state).
         assert page.locator("summary .chevron[aria-hidden='true']").count() == 3
-        assert page.locator("#speaking").get_attribute("aria-live") is None
-        assert page.locator("#speaking").evaluate("el => el.closest('[aria-live]')") is None
+        for quiet in ("#speaking", "#assistant-state", "#latency-value", "#timeline"):
+            assert page.locator(quiet).evaluate("el => el.closest('[aria-live]')") is None, quiet
+        assert page.locator("#assistant-announce").get_attribute("role") == "status"
+        assert page.get_by_role("meter", name="Assistant voice level").count() == 1
         assert page.get_by_role("button", name="Mute mic", pressed=True).count() == 1
         _disconnect(browser)
 
@@ -286,6 +295,7 @@ def test_typed_message_instructions_export_and_clear(echo: Gateway, tmp_path: Pa
         if SCREENSHOTS:
             page.locator("#settings-panel > summary").click()
             page.locator("#transcript").evaluate("el => { el.scrollTop = el.scrollHeight; }")
+            page.locator(".side").evaluate("el => { el.scrollTop = 0; }")  # Settings had scrolled it
             page.screenshot(path=str(Path(SCREENSHOTS) / "screenshot.png"))
 
         # Export: a .txt and a .json file with the conversation.
@@ -353,14 +363,26 @@ def test_phone_fits_the_new_panels(echo: Gateway, tmp_path: Path) -> None:
         _connect(browser)
         browser.wait("!document.getElementById('abilities').hidden", 5, "the abilities line")
         _wait_reply(browser)
+        browser.wait(
+            "document.querySelector('#timeline .stages') !== null", 30, "a turn with the gateway's stages"
+        )
         _no_sideways_scroll(page)
         if SCREENSHOTS:
+            # The picture shows the assistant talking, its meter up.
+            browser.wait(
+                "window.__demo.stats.assistantState === 'speaking' && window.__demo.stats.assistantLevel > 30",
+                30,
+                "the assistant speaking",
+            )
             page.screenshot(path=str(Path(SCREENSHOTS) / "screenshot-phone.png"))
         _open(page, "log-panel")
         open_settings(page)
         browser.wait("document.querySelectorAll('#log li').length > 5", 5, "event log rows")
         _no_sideways_scroll(page)
         for selector in (
+            "#out-meter",
+            "#assistant-state",
+            "#timeline .stages >> nth=-1",
             "#text-input",
             "#send-text",
             "#volume",

@@ -51,6 +51,12 @@ pytestmark = pytest.mark.e2e
 
 #: Console errors Chromium itself logs for a WebSocket it could not open (not the page's own).
 BROWSER_WS_FAILURE = re.compile(r"^WebSocket connection to '[^']*' failed")
+#: What Chromium itself logs for a handshake the gateway refuses before the upgrade (the failed
+#: WebSocket), and for the refusal ``GET /v1/auth/check`` then answers with (a status it logs as an error).
+BROWSER_REFUSAL = re.compile(
+    r"^WebSocket connection to '[^']*' failed"
+    r"|^Failed to load resource: the server responded with a status of (401|403|429|503) "
+)
 
 
 @dataclass
@@ -309,16 +315,19 @@ ODD_KEY = "my secret/key=with spaces=="
 def test_wrong_api_key_shows_the_servers_message_and_is_not_retried(
     gateway_factory: GatewayFactory, tmp_path: Path
 ) -> None:
+    # The gateway refuses the handshake with HTTP 401 before the upgrade, which a page script cannot
+    # read (its WebSocket just fails, close 1006): the page asks GET /v1/auth/check with the same key
+    # and shows what the gateway says there.
     gw = gateway_factory.start({"auth": {"api_keys": [RIGHT_KEY]}}, name="auth")
-    with browser_at(tmp_path, gw.base_url + "/") as browser:
+    with browser_at(tmp_path, gw.base_url + "/", allowed_errors=BROWSER_REFUSAL) as browser:
         page = browser.page
         _set_api_key(page, WRONG_KEY)
         page.get_by_role("button", name="Connect").click()
-        browser.wait("window.__demo.stats.state === 'closed'", 15, "closed by the gateway")
+        browser.wait("window.__demo.stats.state === 'closed'", 15, "refused by the gateway")
         text = browser.notice()
         assert "check the API key" in text, text
-        assert "a valid API key is required" in text, text  # the gateway's own words
-        assert "1008" in text and "unauthorized" in text, text
+        assert "the API key is not valid" in text, text  # the gateway's own words
+        assert "401" in text and "unauthorized" in text, text
         _status_next_to_connect(page)
         assert page.locator("#retry").is_visible()
         # Refused is final: no reconnect loop.
@@ -344,7 +353,7 @@ def test_api_key_with_space_slash_and_equals_is_accepted(
 
 async def test_gateway_accepts_the_encoded_key_subprotocol(gateway_factory: GatewayFactory) -> None:
     """The form the page sends a non-token key in; the plain forms keep working."""
-    from websockets.exceptions import ConnectionClosed
+    from websockets.exceptions import InvalidStatus
 
     from tests.e2e.helpers import recv_event, ws_connect
 
@@ -359,12 +368,12 @@ async def test_gateway_accepts_the_encoded_key_subprotocol(gateway_factory: Gate
         "openai-insecure-api-key.b64.%%%",
         "openai-insecure-api-key.b64.A",
     ):
-        async with ws_connect(gw, subprotocols=["realtime", protocol]) as ws:
-            event = await recv_event(ws)
-            assert event["type"] == "error" and event["error"]["code"] == "unauthorized", (protocol, event)
-            with pytest.raises(ConnectionClosed):
-                await recv_event(ws)
-            assert ws.close_code == 1008
+        # Refused before the upgrade: HTTP 401 and the JSON error.
+        with pytest.raises(InvalidStatus) as refused:
+            async with ws_connect(gw, subprotocols=["realtime", protocol]):
+                pass
+        assert refused.value.response.status_code == 401, protocol
+        assert json.loads(refused.value.response.body)["error"]["code"] == "unauthorized", protocol
 
 
 # ---------------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ export class AudioIO {
     this.playback = null;
     this.pendingFlush = null;
     this.gain = null; // the volume control, between playback and the speakers
+    this.analyser = null; // the assistant's level, taken before the volume control
+    this.levelBuffer = null;
     this.volume = 1;
     this.sinkId = '';
   }
@@ -58,7 +60,11 @@ export class AudioIO {
     this.playback.port.onmessage = (event) => this.onPlaybackMessage(event.data);
     this.playback.onprocessorerror = (event) => console.error('playback worklet failed', event);
     this.gain = new GainNode(ctx, { gain: this.volume });
-    this.playback.connect(this.gain).connect(ctx.destination);
+    // Before the gain: the meter shows the assistant talking even with the volume turned down.
+    // In line rather than a side branch, so it is pulled however the browser schedules analysers.
+    this.analyser = new AnalyserNode(ctx, { fftSize: 1024, smoothingTimeConstant: 0 });
+    this.levelBuffer = new Float32Array(this.analyser.fftSize);
+    this.playback.connect(this.analyser).connect(this.gain).connect(ctx.destination);
     if (this.sinkId) await this.applySink();
     await this.openMic(deviceId);
     if (ctx.state !== 'running') await ctx.resume();
@@ -167,6 +173,16 @@ export class AudioIO {
     this.onPlayback(msg);
   }
 
+  /** RMS of the last ~20 ms of reply audio sent to the speakers (0 when nothing plays). */
+  outputLevel() {
+    if (!this.analyser) return 0;
+    const buf = this.levelBuffer;
+    this.analyser.getFloatTimeDomainData(buf);
+    let sum = 0;
+    for (let i = 0; i < buf.length; i++) sum += buf[i] * buf[i];
+    return Math.sqrt(sum / buf.length);
+  }
+
   /** AudioContext seconds now (the clock of every timestamp the worklets report). */
   now() {
     return this.ctx ? this.ctx.currentTime : performance.now() / 1000;
@@ -179,6 +195,7 @@ export class AudioIO {
     this.capture = null;
     this.playback = null;
     this.gain = null;
+    this.analyser = null;
     if (this.flushResolve) {
       this.flushResolve({ items: [], droppedSamples: 0, sampleRate: 1 });
       this.flushResolve = null;

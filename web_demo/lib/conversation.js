@@ -3,8 +3,9 @@
 // Caller bubbles show partial transcripts while the caller talks (greyed,
 // replaced as the recognizer revises itself) and the final transcript once the
 // turn is over. Assistant bubbles grow with the reply's transcript deltas and
-// are marked when a barge-in cut them short. Server text only ever goes in via
-// textContent, never innerHTML.
+// are marked when a barge-in cut them short. A function call the model makes is
+// a row of its own (name, arguments, then the page's result). Server text only
+// ever goes in via textContent, never innerHTML.
 
 export class ConversationView {
   constructor(list, emptyHint) {
@@ -48,6 +49,104 @@ export class ConversationView {
     entry.li.setAttribute('aria-busy', String(!entry.final));
     const nearBottom = this.list.scrollHeight - this.list.scrollTop - this.list.clientHeight < 80;
     if (nearBottom) this.list.scrollTop = this.list.scrollHeight;
+  }
+
+  /**
+   * A function call the model made: its own row, "🔧 name(arguments)", with the
+   * arguments growing as they stream in and the page's result under it once sent.
+   * The "Tool call" label says what it is; the emoji is decoration only.
+   */
+  toolCall(itemId, { name, callId, args } = {}) {
+    let entry = this.entries.get(itemId);
+    if (!entry) {
+      const li = document.createElement('li');
+      li.className = 'msg tool partial';
+      li.dataset.itemId = itemId;
+      li.setAttribute('aria-busy', 'true');
+      const who = document.createElement('span');
+      who.className = 'who';
+      who.textContent = 'Tool call';
+      const text = document.createElement('p');
+      text.className = 'text call';
+      const icon = document.createElement('span');
+      icon.className = 'icon';
+      icon.setAttribute('aria-hidden', 'true');
+      icon.textContent = '🔧';
+      const code = document.createElement('code');
+      text.append(icon, code);
+      const result = document.createElement('p');
+      result.className = 'result';
+      result.hidden = true;
+      const label = document.createElement('span');
+      label.className = 'label';
+      label.textContent = 'Result: ';
+      const output = document.createElement('code');
+      result.append(label, output);
+      const meta = document.createElement('span');
+      meta.className = 'meta';
+      li.append(who, text, result, meta);
+      entry = {
+        li, text, code, result, output, meta, role: 'tool', value: '', final: false, at: new Date().toISOString(),
+        name: '', callId: null, args: '', out: null,
+      };
+      this.entries.set(itemId, entry);
+      this.append(li);
+    }
+    if (name) entry.name = name;
+    if (callId) entry.callId = callId;
+    if (typeof args === 'string' && args && !entry.args) entry.args = args;
+    this.renderCall(entry);
+    return entry;
+  }
+
+  renderCall(entry) {
+    entry.value = `${entry.name || 'function'}(${entry.args})`;
+    entry.code.textContent = entry.value;
+    entry.li.classList.toggle('partial', !entry.final);
+    entry.li.setAttribute('aria-busy', String(!entry.final));
+    if (entry.out !== null) {
+      entry.output.textContent = entry.out;
+      entry.result.hidden = false;
+    }
+    const nearBottom = this.list.scrollHeight - this.list.scrollTop - this.list.clientHeight < 80;
+    if (nearBottom) this.list.scrollTop = this.list.scrollHeight;
+  }
+
+  /** A piece of the call's JSON arguments (response.function_call_arguments.delta). */
+  toolArgsDelta(itemId, delta) {
+    const entry = this.toolCall(itemId);
+    if (entry.final || !delta) return;
+    entry.args += delta;
+    this.renderCall(entry);
+  }
+
+  /** The call's whole arguments: they replace what the deltas built. */
+  toolArgsDone(itemId, { name, callId, args } = {}) {
+    const entry = this.toolCall(itemId, { name, callId });
+    if (typeof args === 'string') entry.args = args;
+    entry.final = true;
+    entry.meta.textContent = 'running…';
+    this.renderCall(entry);
+  }
+
+  /** What the page sent back as the function's output. */
+  toolResult(itemId, output) {
+    const entry = this.entries.get(itemId);
+    if (!entry || entry.role !== 'tool') return;
+    entry.final = true;
+    entry.out = output;
+    entry.meta.textContent = '';
+    this.renderCall(entry);
+  }
+
+  /** The call was not run (its reply was cancelled before the call was complete). */
+  toolNotRun(itemId, why) {
+    const entry = this.entries.get(itemId);
+    if (!entry || entry.role !== 'tool' || entry.out !== null) return;
+    entry.final = true;
+    entry.li.classList.add('interrupted');
+    entry.meta.textContent = why;
+    this.renderCall(entry);
   }
 
   /** The caller started a turn: an empty bubble that shows we are listening. */
@@ -167,7 +266,7 @@ export class ConversationView {
     this.list.replaceChildren();
   }
 
-  /** Plain data for tests and debugging. */
+  /** Plain data for tests, debugging and the export; a tool call adds what it was called with and returned. */
   snapshot() {
     return [...this.entries.entries()].map(([itemId, e]) => ({
       itemId,
@@ -176,6 +275,7 @@ export class ConversationView {
       final: e.final,
       interrupted: e.li.classList.contains('interrupted'),
       at: e.at,
+      ...(e.role === 'tool' ? { name: e.name, call_id: e.callId, arguments: e.args, output: e.out } : {}),
     }));
   }
 }

@@ -9,6 +9,11 @@
 // figure includes everything the caller experiences: the VAD's wait, the
 // network both ways, recognition, the reply's synthesis and our jitter buffer.
 // With push-to-talk (turn detection off) the turn ends when "Commit" is pressed.
+//
+// A gateway that supports it also reports its own side of each reply
+// (`turn.latency`: turn detection, the engine's stages, the rest). That is kept
+// next to the page's figure, not mixed into it: the page's figure is what the
+// caller lives through, the gateway's says where the server's share went.
 
 export class CaptureClock {
   constructor() {
@@ -50,6 +55,8 @@ export class LatencyTracker {
     this.turns = []; // completed, newest last
     this.open = []; // turns waiting for their reply audio
     this.byResponse = new Map();
+    // Breakdowns that came before the page matched their reply to a turn.
+    this.unclaimed = new Map();
     this.count = 0;
   }
 
@@ -65,6 +72,38 @@ export class LatencyTracker {
     if (!turn) return;
     turn.responseId = responseId;
     this.byResponse.set(responseId, turn);
+    const server = this.unclaimed.get(responseId);
+    if (server) {
+      this.unclaimed.delete(responseId);
+      turn.server = server;
+    }
+  }
+
+  /**
+   * The gateway's own account of a reply's latency (the `turn.latency`
+   * extension event): `{totalMs, stages: [{name, ms}]}`. Returns the turn if it
+   * has already completed (its row needs redrawing), else null.
+   */
+  serverBreakdown(responseId, event) {
+    const stages = (Array.isArray(event.stages) ? event.stages : [])
+      .filter((s) => s && typeof s.name === 'string' && Number.isFinite(Number(s.ms)))
+      .map((s) => ({ name: s.name, ms: Math.max(0, Number(s.ms)) }));
+    if (!responseId || stages.length === 0) return null;
+    const total = Number(event.total_ms);
+    const server = { totalMs: Number.isFinite(total) ? total : stages.reduce((sum, s) => sum + s.ms, 0), stages };
+    const open = this.byResponse.get(responseId);
+    if (open) {
+      open.server = server;
+      return null;
+    }
+    const done = this.turns.find((t) => t.responseId === responseId);
+    if (done) {
+      done.server = server;
+      return done;
+    }
+    this.unclaimed.set(responseId, server);
+    while (this.unclaimed.size > 8) this.unclaimed.delete(this.unclaimed.keys().next().value);
+    return null;
   }
 
   firstAudio(responseId, now) {
@@ -93,6 +132,20 @@ export class LatencyTracker {
     return turn;
   }
 
+  /**
+   * `responseId` only called a function: the reply that speaks its result answers
+   * the same turn, so the turn waits for the next reply (the time the function
+   * took is part of what the caller waits).
+   */
+  handOver(responseId) {
+    const turn = this.byResponse.get(responseId);
+    if (!turn || turn.playedAt !== undefined) return;
+    this.byResponse.delete(responseId);
+    delete turn.responseId;
+    delete turn.server;
+    delete turn.firstAudioAt;
+  }
+
   /** A reply that was cancelled before any audio played has no latency to show. */
   responseEnded(responseId) {
     const turn = this.byResponse.get(responseId);
@@ -111,5 +164,6 @@ export class LatencyTracker {
   reset() {
     this.open = [];
     this.byResponse.clear();
+    this.unclaimed.clear();
   }
 }

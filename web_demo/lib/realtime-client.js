@@ -13,9 +13,17 @@
 //
 // Only a connection that carried a session is resumed. A gateway that was never
 // reached (wrong URL, nothing listening) is retried a few times with a visible
-// backoff, then left alone; a gateway's own verdict (1000, 1008 unauthorized,
-// 1009, 1013 full, 4xxx) is never retried as if the network had dropped: the
-// page shows the close reason and the last `error` event's message instead.
+// backoff, then left alone; a gateway's own verdict (1000, 1008, 1009, 1013
+// full, 4xxx) is never retried as if the network had dropped: the page shows
+// the close reason and the last `error` event's message instead.
+//
+// A handshake the gateway refuses (a wrong key, a key without the scope, an
+// origin not allowed, too many connections, a key's session cap) is answered
+// with HTTP 401/403/429/503 before the upgrade, which a page script cannot see:
+// the socket just closes with 1006 before it opened, like an unreachable one.
+// So after such a close the client asks `GET /v1/auth/check` with the same key,
+// which answers what the handshake got; a refusal there is final (state
+// `closed`, detail.refusal), anything else (200, no answer) is a network problem.
 //
 // Browsers cannot set headers on a WebSocket, so the API key travels as a
 // subprotocol, as openai-node does: ["realtime", "openai-insecure-api-key.<key>"].
@@ -30,6 +38,10 @@ const OPEN_TIMEOUT_MS = 10000;
 const RETRIES_UNREACHED = 3;
 const RETRIES_SESSION = 6;
 const FIRST_BACKOFF_UNREACHED_MS = 1000;
+// How long to wait for GET /v1/auth/check after a handshake that failed.
+const AUTH_CHECK_TIMEOUT_MS = 3000;
+// The statuses with which the gateway refuses a handshake before the upgrade.
+const REFUSAL_STATUSES = new Set([401, 403, 429, 503]);
 
 // Close codes with which the gateway ends the connection for a reason a retry
 // cannot fix at once; every 4xxx the gateway sends is one too.
@@ -41,13 +53,86 @@ const SESSION_OVER_CODES = new Set([1001]);
 const KEY_PROTOCOL = 'openai-insecure-api-key.';
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 
-/** The subprotocol that carries `key`: as is when it is a valid token, else base64url-encoded. */
-export function keyProtocol(key) {
-  if (TOKEN.test(key)) return KEY_PROTOCOL + key;
+/** `key` as an HTTP token: as is when it is one, else `b64.<base64url of its UTF-8, unpadded>`. */
+export function keyToken(key) {
+  if (TOKEN.test(key)) return key;
   let binary = '';
   for (const byte of new TextEncoder().encode(key)) binary += String.fromCharCode(byte);
-  const b64url = btoa(binary).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
-  return `${KEY_PROTOCOL}b64.${b64url}`;
+  return `b64.${btoa(binary).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '')}`;
+}
+
+/** The subprotocol that carries `key`: as is when it is a valid token, else base64url-encoded. */
+export function keyProtocol(key) {
+  return KEY_PROTOCOL + keyToken(key);
+}
+
+const truthy = (value) => value !== null && ['1', 'true'].includes(value.toLowerCase());
+
+/**
+ * The gateway's `GET /v1/auth/check?scope=...` URL for a WebSocket URL, asking for the scope that
+ * URL's handshake needs (`duplex` for /v1/duplex or ?duplex=1, `observe` for ?call_id=), or null
+ * when it is not this page's origin: the gateway answers no CORS preflight, so a page can only
+ * read its answer from the gateway that served it.
+ */
+export function authCheckUrl(socketUrl) {
+  let u;
+  try {
+    u = new URL(socketUrl, location.href);
+  } catch {
+    return null;
+  }
+  if (u.protocol === 'ws:') u.protocol = 'http:';
+  else if (u.protocol === 'wss:') u.protocol = 'https:';
+  if (u.origin !== location.origin) return null;
+  let scope = 'realtime';
+  let prefix = '';
+  const path = u.pathname.replace(/\/+$/, '');
+  if (path.endsWith('/v1/realtime')) {
+    prefix = path.slice(0, -'/v1/realtime'.length);
+    if (u.searchParams.has('call_id')) scope = 'observe';
+    else if (truthy(u.searchParams.get('duplex'))) scope = 'duplex';
+  } else if (path.endsWith('/v1/duplex')) {
+    prefix = path.slice(0, -'/v1/duplex'.length);
+    scope = 'duplex';
+  }
+  const check = new URL(`${prefix}/v1/auth/check`, u.origin);
+  check.searchParams.set('scope', scope);
+  // A key in ?api_key= (older clients) went with the handshake: it goes with the check too.
+  const queryKey = u.searchParams.get('api_key');
+  if (queryKey) check.searchParams.set('api_key', queryKey);
+  return check.toString();
+}
+
+/**
+ * Why the gateway refuses a handshake with `key` to `socketUrl`: `{status, code, message,
+ * retryAfterS}` when `GET /v1/auth/check` answers 401/403/429/503 with the gateway's JSON error;
+ * null when it would be accepted (200), cannot be asked (another origin) or does not answer in time.
+ */
+export async function checkRefusal(socketUrl, key, timeoutMs = AUTH_CHECK_TIMEOUT_MS) {
+  const url = authCheckUrl(socketUrl);
+  if (!url) return null;
+  const headers = { Accept: 'application/json' };
+  if (key) headers.Authorization = `Bearer ${keyToken(key)}`;
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), timeoutMs);
+  try {
+    const response = await fetch(url, { headers, cache: 'no-store', credentials: 'omit', signal: abort.signal });
+    if (!REFUSAL_STATUSES.has(response.status)) return null;
+    // Only the gateway's own JSON error is its verdict (a proxy's 503 page is not).
+    const error = (await response.json())?.error;
+    if (!error || typeof error.code !== 'string') return null;
+    const retryAfter = Number.parseInt(response.headers.get('Retry-After') ?? '', 10);
+    return {
+      status: response.status,
+      code: error.code,
+      message: typeof error.message === 'string' ? error.message : '',
+      retryAfterS: Number.isFinite(retryAfter) && retryAfter >= 0 ? retryAfter : null,
+    };
+  } catch {
+    return null; // no answer (network, timeout) or not JSON: nothing more is known
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** The URL without its query and credentials, fit to show (a key may ride in `?api_key=`). */
@@ -92,6 +177,7 @@ export class RealtimeClient {
     this.hadSession = false; // a session existed since connect(): only then is a drop resumed
     this.lastError = null; // the last `error` event on the current socket ({code, message})
     this.retry = null; // the scheduled retry: {at, resume}
+    this.generation = 0; // bumped by every open/disconnect: a late auth check for an older one is dropped
   }
 
   get ready() {
@@ -114,6 +200,7 @@ export class RealtimeClient {
 
   disconnect() {
     this.wanted = false;
+    this.generation += 1;
     clearTimeout(this.retryTimer);
     this.retry = null;
     const ws = this.ws;
@@ -177,6 +264,7 @@ export class RealtimeClient {
   open(resume) {
     clearTimeout(this.retryTimer);
     this.retry = null;
+    this.generation += 1;
     const protocols = ['realtime'];
     const key = this.apiKey().trim();
     if (key) protocols.push(keyProtocol(key));
@@ -243,7 +331,7 @@ export class RealtimeClient {
       clearTimeout(openTimer);
       if (ws !== this.ws) return;
       this.ws = null;
-      this.closed(event, { opened, closedHere, url: displayUrl(url) });
+      this.closed(event, { opened, closedHere, url: displayUrl(url), socketUrl: url, key });
     };
     ws.onerror = () => {
       // Always followed by a close event, which carries what we need.
@@ -322,7 +410,7 @@ export class RealtimeClient {
     return /resume/i.test(`${error.code} ${error.param} ${error.message}`);
   }
 
-  closed(close, { opened, closedHere, url }) {
+  closed(close, { opened, closedHere, url, socketUrl, key }) {
     this.resuming = false;
     if (!this.wanted) {
       this.setState('idle', {});
@@ -343,6 +431,27 @@ export class RealtimeClient {
       this.setState('closed', detail);
       return;
     }
+    if (!opened && !closedHere && close.code === 1006) {
+      // Unreachable, or refused before the upgrade: ask the gateway which (the state stays
+      // connecting/resuming meanwhile). A Disconnect or a new attempt meanwhile drops the answer.
+      const generation = this.generation;
+      void checkRefusal(socketUrl, key).then((refusal) => {
+        if (generation !== this.generation || !this.wanted) return;
+        if (refusal) {
+          this.wanted = false;
+          this.forgetSession();
+          this.setState('closed', { ...detail, refusal });
+          return;
+        }
+        this.retryOrGiveUp(close, detail);
+      });
+      return;
+    }
+    this.retryOrGiveUp(close, detail);
+  }
+
+  /** A close that was no verdict of the gateway's: schedule the next attempt, or stop after the last. */
+  retryOrGiveUp(close, detail) {
     if (SESSION_OVER_CODES.has(close.code)) this.forgetSession();
     const retries = this.hadSession ? RETRIES_SESSION : RETRIES_UNREACHED;
     if (this.attempt >= retries) {
