@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
-import hmac
-import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -21,12 +18,15 @@ from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
 from duplex_gateway.audio.format import AudioFormat, Encoding
+from duplex_gateway.auth import AuthMiddleware, Denial, Gate, Principal, auth_routes
 from duplex_gateway.config import GatewaySettings
 from duplex_gateway.connection import Connection, SessionRegistry
-from duplex_gateway.dialects.realtime import RealtimeDialect, render_server_event
+from duplex_gateway.dialects.realtime import RealtimeDialect
+from duplex_gateway.dialects.realtime_session import parse_session_patch, session_payload
 from duplex_gateway.engine import port
-from duplex_gateway.errors import CloseCode, ErrorCode
-from duplex_gateway.events import ErrorEvent
+from duplex_gateway.errors import CloseCode, ProtocolError
+from duplex_gateway.metrics import CONTENT_TYPE, GatewayMetrics
+from duplex_gateway.recording import Recordings
 from duplex_gateway.resume import ResumeRegistry, new_session_id
 from duplex_gateway.session import Handshake
 from duplex_gateway.session_config import InputTranscription, SessionConfig, SessionKind, TurnDetection
@@ -35,7 +35,7 @@ from duplex_gateway.telephony.carrier import Carrier
 from duplex_gateway.telephony.dialect import CallDialect, CallProfile, CallSetup
 from duplex_gateway.telephony.hangup import HangupOutcome, hang_up
 from duplex_gateway.telephony.registry import DetectingCarrier, carrier_for
-from duplex_gateway.telephony.webhooks import stream_upgrade_allowed, webhook_routes
+from duplex_gateway.telephony.webhooks import signature_checks, webhook_routes
 from duplex_gateway.transport import Socket
 
 __all__ = ["create_app", "session_defaults"]
@@ -43,7 +43,6 @@ __all__ = ["create_app", "session_defaults"]
 logger = logging.getLogger(__name__)
 
 WEB_DEMO_DIR = Path(__file__).resolve().parent.parent / "web_demo"
-_KEY_PROTOCOL_PREFIX = "openai-insecure-api-key."
 _BETA_PROTOCOL = "openai-beta.realtime-v1"
 
 
@@ -80,6 +79,12 @@ class _Gateway:
         self.resumes: ResumeRegistry[Connection] = ResumeRegistry(settings.server.node_id)
         #: Set once shutdown has begun: /readyz answers 503 so a load balancer stops sending callers.
         self.shutting_down = False
+        #: Every metric of this gateway (``GET /metrics``); the auth layer counts its refusals
+        #: with ``metrics.auth_refused(reason)``.
+        self.metrics = GatewayMetrics(engine.capabilities.name)
+        self.metrics.watch_engine_sessions(lambda: engine.active_sessions)
+        #: Which sessions are recorded, and where (``recording:``, ``auth.keys[].record``).
+        self.recordings = Recordings.from_settings(settings)
 
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -96,6 +101,10 @@ class _Gateway:
         }
         return JSONResponse(body, status_code=200 if ready else 503)
 
+    async def metrics_endpoint(self, request: Request) -> Response:
+        """``GET /metrics``: Prometheus text exposition of this gateway's registry."""
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
     async def realtime(self, websocket: WebSocket) -> None:
         call_id = websocket.query_params.get("call_id")
         if call_id is not None:
@@ -109,9 +118,6 @@ class _Gateway:
     async def _observe(self, websocket: WebSocket, call_id: str) -> None:
         """``/v1/realtime?call_id=...``: watch a live call (or any session, by its id), read-only."""
         offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
-        if not self._authorized(websocket, offered):
-            await websocket.close(int(CloseCode.POLICY_VIOLATION), "unauthorized")
-            return
         watched = next((c for c in self.connections if call_id in (c.call_id, c.session_id)), None)
         if watched is None:
             await websocket.close(int(CloseCode.POLICY_VIOLATION), "no live call with that id")
@@ -125,10 +131,7 @@ class _Gateway:
     async def telephony(self, websocket: WebSocket) -> None:
         """A carrier's media stream: ``/telephony/<carrier>``, or ``/telephony`` to recognize it."""
         name = websocket.path_params.get("carrier")
-        if not stream_upgrade_allowed(websocket, name, self.settings.telephony):
-            # Refused before accept (HTTP 403): no session is opened for an unsigned stream.
-            await websocket.close(int(CloseCode.POLICY_VIOLATION), "invalid signature")
-            return
+        # The auth layer has checked the carrier's signature (Twilio's upgrade) before this runs.
         signed = frozenset({"twilio"}) if self.settings.telephony.twilio.auth_token else frozenset()
         carrier = DetectingCarrier(signed_only=signed) if name is None else carrier_for(name)
         offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
@@ -161,6 +164,12 @@ class _Gateway:
             handshake=Handshake.DUPLEX,  # the carrier's start message opens the session
             dialect=dialect,
             resumes=None,  # a dropped call is over
+            metrics=self.metrics,
+            dialect_name="telephony",
+            recorder=self.recordings.start(
+                session_id, principal=None, engine=self.engine.capabilities, dialect="telephony",
+                config=self.defaults,
+            ),
         )
         self.connections.add(connection)
         try:
@@ -178,8 +187,6 @@ class _Gateway:
 
     async def hang_up_call(self, request: Request) -> Response:
         """``POST /v1/realtime/calls/{call_id}/hangup`` (OpenAI's): end a live call."""
-        if not self._authorized(request, []):
-            return JSONResponse({"error": {"code": "unauthorized", "message": "a valid API key is required"}}, 401)
         call_id = request.path_params["call_id"]
         connection = next((c for c in self.connections if call_id in (c.call_id, c.session_id)), None)
         if connection is None:
@@ -196,19 +203,19 @@ class _Gateway:
             or websocket.query_params.get("beta", "0").lower() in ("1", "true")
         )
         session_id = new_session_id(self.settings.server.node_id)
-        if not self._authorized(websocket, offered):
-            event = ErrorEvent(code=ErrorCode.UNAUTHORIZED, message="a valid API key is required")
-            payload = render_server_event(event, seq=1, event_id="event_1", beta=beta, session_id=session_id)
-            with contextlib.suppress(Exception):
-                await websocket.send_text(json.dumps(payload))
-                await websocket.close(int(CloseCode.POLICY_VIOLATION), "unauthorized")
-            return
         defaults = self.defaults
         if websocket.query_params.get("intent") == "transcription":
             # OpenAI's way to open a transcription session: it starts as one, transcribing.
             defaults = replace(
                 defaults, kind=SessionKind.TRANSCRIPTION, input_transcription=InputTranscription()
             )
+        principal = websocket.scope.get("auth")
+        if isinstance(principal, Principal) and principal.session:
+            # A client secret carries the session its minter asked for: this session starts as that.
+            try:
+                defaults = _with_session(defaults, principal.session)
+            except ProtocolError as exc:  # checked when minted; a gateway of another version may differ
+                logger.warning("session %s: client secret's session not applied: %s", session_id, exc.message)
         connection = Connection(
             websocket,
             session_id=session_id,
@@ -222,6 +229,13 @@ class _Gateway:
                 max_message_bytes=self.settings.limits.max_message_bytes,
             ),
             resumes=self.resumes,
+            metrics=self.metrics,
+            dialect_name="duplex" if handshake is Handshake.DUPLEX else "realtime",
+            recorder=self.recordings.start(
+                session_id, principal=principal if isinstance(principal, Principal) else None,
+                engine=self.engine.capabilities, dialect="duplex" if handshake is Handshake.DUPLEX else "realtime",
+                config=defaults, endpoint=_endpoint(websocket, beta),
+            ),
         )
         self.connections.add(connection)
         try:
@@ -231,7 +245,7 @@ class _Gateway:
 
     async def close_all(self, timeout_s: float = 5.0) -> None:
         """Tell every live session the gateway is going away and wait for them to close."""
-        self.shutting_down = True
+        self.begin_drain()
         connections = list(self.connections) + self.resumes.parked()
         if not connections:
             return
@@ -242,25 +256,51 @@ class _Gateway:
         while self.connections and loop.time() < deadline:
             await asyncio.sleep(0.02)
 
-    def _authorized(self, websocket: WebSocket | Request, offered: list[str]) -> bool:
-        keys = self.settings.auth.api_keys
-        if not keys:
-            return True
-        presented: list[str] = []
-        auth = websocket.headers.get("authorization", "")
-        if auth.lower().startswith("bearer "):
-            presented.append(auth[7:].strip())
-        for token in (p[len(_KEY_PROTOCOL_PREFIX) :] for p in offered if p.startswith(_KEY_PROTOCOL_PREFIX)):
-            presented.append(token)
-            if token.startswith("b64."):
-                # A key a subprotocol token cannot carry (a space, "/", "=", non-ASCII), as the browser demo
-                # sends it: openai-insecure-api-key.b64.<base64url of its UTF-8, unpadded>.
-                with contextlib.suppress(binascii.Error, UnicodeDecodeError):
-                    data = token[4:] + "=" * (-len(token[4:]) % 4)
-                    presented.append(base64.urlsafe_b64decode(data).decode())
-        if "api_key" in websocket.query_params:
-            presented.append(websocket.query_params["api_key"])
-        return any(hmac.compare_digest(p.encode(), k.encode()) for p in presented for k in keys)
+    def stop_admitting(self) -> None:
+        """/readyz answers 503 and every new session is refused (1013) from now on.
+
+        Only sets flags (no lock, no log), so a signal handler may call it.
+        """
+        self.shutting_down = True
+        self.registry.draining = True
+
+    def begin_drain(self) -> None:
+        self.stop_admitting()
+        self.metrics.draining(True)
+
+    async def drain(self, grace_s: float, *, abandon: Callable[[], bool] = lambda: False) -> None:
+        """Drain for shutdown: warn live sessions, let them finish their reply for ``grace_s``, close the rest.
+
+        Sessions close (1001) as their reply in progress ends; detached ones at once, since
+        nobody would hear the warning. ``abandon`` (a second signal) cuts the grace short.
+        """
+        self.begin_drain()
+        loop = asyncio.get_running_loop()
+        hosts = self.registry.hosts()
+        admitted = {id(host) for host in hosts}
+        # Connections not (yet) a session: a duplex handshake before its session.update, a socket
+        # handed over to a resumed session. Nothing to finish: closed now.
+        others = [c for c in self.connections if id(c) not in admitted]
+        if hosts or others:
+            logger.info("draining %d sessions for shutdown (grace %g s)", len(hosts), grace_s)
+        parked = {id(c) for c in self.resumes.parked()}
+        for host in hosts:
+            host.drain(grace_s)
+        await asyncio.gather(
+            *(c.shut_down() for c in others), *(h.shut_down() for h in hosts if id(h) in parked),
+            return_exceptions=True,
+        )
+        deadline = loop.time() + grace_s
+        while (self.registry.count or self.connections) and loop.time() < deadline and not abandon():
+            await asyncio.sleep(0.05)
+        left = {id(c): c for c in [*self.registry.hosts(), *self.connections] if not c.session.closed}.values()
+        if left:
+            logger.info("drain grace over: closing %d sessions", len(left))
+            await asyncio.gather(*(c.shut_down() for c in left), return_exceptions=True)
+        # Their closing frames and engine releases take a moment more (bounded by the send timeout).
+        deadline = loop.time() + self.settings.limits.send_timeout_s
+        while (self.registry.count or self.connections) and loop.time() < deadline and not abandon():
+            await asyncio.sleep(0.02)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -276,15 +316,50 @@ class _Gateway:
         finally:
             if audiosocket is not None:
                 await audiosocket.close()
+            held = self.engine.active_sessions
             await self.engine.shutdown()
+            # What an operator checks after a drain: every engine session released before the engine stopped.
+            logger.info(
+                "engine %s stopped; it held %d sessions at shutdown, %d now",
+                self.engine.capabilities.name, held, self.engine.active_sessions,
+                extra={"event": "engine_stopped", "engine_sessions_at_shutdown": held,
+                       "engine_sessions": self.engine.active_sessions, "sessions": self.registry.count},
+            )
+
+
+def _endpoint(websocket: WebSocket, beta: bool) -> dict[str, object]:
+    """Where a recorded session connected, for its replay: the path and the query, credentials left out."""
+    query = {
+        name: value for name, value in websocket.query_params.items()
+        if not any(secret in name.lower() for secret in ("key", "token", "secret"))
+    }
+    return {"path": websocket.url.path, "query": query, "beta": beta}
+
+
+def _with_session(defaults: SessionConfig, session: Mapping[str, object]) -> SessionConfig:
+    """``defaults`` with a Realtime ``session`` object applied, as ``session.update`` would apply it."""
+    return defaults.apply(parse_session_patch(session))
 
 
 def create_app(settings: GatewaySettings, engine: port.Engine) -> Starlette:
     """The gateway as an ASGI app serving ``engine``."""
     gateway = _Gateway(settings, engine)
+    # Authentication, origins and connection limits, decided before any handler runs (duplex_gateway.auth).
+    gate = Gate.from_settings(settings, signature_checks(settings))
+
+    def describe_session(session: Mapping[str, object]) -> Mapping[str, object]:
+        # What a client secret minted with ``session`` opens, checked now: a bad value fails the mint.
+        payload = session_payload(_with_session(gateway.defaults, session), session_id="", beta=False)
+        payload.pop("id", None)  # no session exists yet
+        return payload
+
+    def refused(denial: Denial) -> None:
+        gateway.metrics.auth_refused(denial.reason)
+
     routes: list[Route | WebSocketRoute | Mount] = [
         Route("/healthz", gateway.healthz),
         Route("/readyz", gateway.readyz),
+        Route("/metrics", gateway.metrics_endpoint),
         # The carriers' answer webhooks (/telephony/twilio/voice, ...): TwiML, TeXML, Plivo XML, NCCO.
         *webhook_routes(settings),
         Route("/v1/realtime/calls/{call_id}/hangup", gateway.hang_up_call, methods=["POST"]),
@@ -292,13 +367,21 @@ def create_app(settings: GatewaySettings, engine: port.Engine) -> Starlette:
         WebSocketRoute("/v1/duplex", gateway.duplex),
         WebSocketRoute("/telephony", gateway.telephony),
         WebSocketRoute("/telephony/{carrier}", gateway.telephony),
+        # POST /v1/realtime/client_secrets (OpenAI's ephemeral keys), GET /v1/auth/check.
+        *auth_routes(gate, describe_session),
     ]
     admin_routes = getattr(engine, "admin_routes", None)
     if callable(admin_routes):
-        # Engines may serve admin endpoints (engine remote: /admin/backends), guarded by auth.api_keys.
-        routes.extend(admin_routes(settings.auth.api_keys))
+        # Engines may serve admin endpoints (engine remote: /admin/backends); the auth layer asks
+        # for the admin scope there, so the routes carry no keys of their own.
+        routes.extend(admin_routes(()))
     if settings.server.web_demo and WEB_DEMO_DIR.is_dir():
         routes.append(Mount("/", app=StaticFiles(directory=WEB_DEMO_DIR, html=True), name="web_demo"))
-    app = Starlette(routes=routes, lifespan=gateway.lifespan)
+    app = Starlette(
+        routes=routes,
+        lifespan=gateway.lifespan,
+        middleware=[Middleware(AuthMiddleware, gate=gate, on_refused=refused)],
+    )
     app.state.gateway = gateway
+    app.state.gate = gate
     return app

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import logging
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -48,6 +48,11 @@ def _parser() -> argparse.ArgumentParser:
         "overriding engine.remote.backends",
     )
     serve.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="text for a terminal, json for a log pipeline (one object per line), overriding server.log_format",
+    )
+    serve.add_argument(
         "--audiosocket-port",
         type=int,
         metavar="PORT",
@@ -59,6 +64,23 @@ def _parser() -> argparse.ArgumentParser:
     talk.add_argument("--out", help="write the reply audio to this WAV file")
     talk.add_argument("--api-key", help="API key, when the gateway requires one")
     talk.add_argument("--timeout", type=float, default=60.0, help="give up after this many seconds")
+    replay = commands.add_parser(
+        "replay",
+        help="play a recorded session against a gateway again and diff its events (exit 1: they differ)",
+    )
+    replay.add_argument("recording", help="a recording's folder (see the recording: section of the config)")
+    replay.add_argument("--engine", help="engine to replay against (default: the recording's)")
+    replay.add_argument("--config", help="YAML configuration of the replaying gateway")
+    replay.add_argument("--speed", type=float, default=1.0, help="play the client's side this many times faster")
+    replay.add_argument("--out", metavar="DIFF.json", help="also write the comparison as JSON")
+    replay.add_argument(
+        "--exact-deltas", action="store_true", help="count each audio/text delta (default: one per stream)"
+    )
+    replay.add_argument(
+        "--settle", type=float, default=5.0, metavar="SECONDS",
+        help="how long a slower run may take past the recording's end to catch up",
+    )
+    replay.add_argument("--keep", metavar="DIR", help="keep the replayed session's recording in DIR")
     bench = commands.add_parser(
         "bench", help="measure the gateway side by side with its peers (see docs/benchmarks.md)"
     )
@@ -96,6 +118,7 @@ def _serve(args: argparse.Namespace) -> int:
     from duplex_gateway.app import create_app
     from duplex_gateway.config import ConfigError, load_settings
     from duplex_gateway.engine.registry import UnknownEngine, build_engine
+    from duplex_gateway.logs import configure_logging
 
     try:
         settings = load_settings(
@@ -112,6 +135,7 @@ def _serve(args: argparse.Namespace) -> int:
                 "engine.vllm_omni.omni_factory": args.omni_factory,
                 "engine.remote.backends": [{"url": url} for url in args.backend] if args.backend else None,
                 "telephony.audiosocket_port": args.audiosocket_port,
+                "server.log_format": args.log_format,
             },
         )
         engine = build_engine(settings)
@@ -126,19 +150,29 @@ def _serve(args: argparse.Namespace) -> int:
         if (path := getattr(server, name)) and not Path(path).is_file():
             print(f"duplex-gateway: server.{name}: no such file: {path}", file=sys.stderr)
             return 2
-    logging.basicConfig(level=server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(server.log_level, server.log_format)
     try:
         app = create_app(settings, engine)
     except ConfigError as exc:  # e.g. a carrier's key that is well formed but of the wrong kind
         print(f"duplex-gateway: {exc}", file=sys.stderr)
         return 2
 
+    gateway = app.state.gateway
+
     class GatewayServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # At once, not at the main loop's next tick: a load balancer probing /readyz
+            # sees 503 and no new session starts. Flags only: this runs in a signal handler.
+            gateway.stop_admitting()
+            super().handle_exit(sig, frame)
+
         async def shutdown(self, sockets: list[Any] | None = None) -> None:
-            # uvicorn would close every WebSocket with 1012 at once; first give each
-            # session its closing events and a 1001.
-            await app.state.gateway.close_all()
-            await super().shutdown(sockets)
+            # Drain while still listening, so /readyz keeps answering 503: uvicorn itself would
+            # stop listening and close every WebSocket with 1012 at once. A second Ctrl-C cuts it short.
+            try:
+                await gateway.drain(server.drain_grace_s, abandon=lambda: self.force_exit)
+            finally:
+                await super().shutdown(sockets)
 
     config = uvicorn.Config(
         app,
@@ -155,9 +189,22 @@ def _serve(args: argparse.Namespace) -> int:
         ssl_certfile=server.ssl_certfile,
         ssl_keyfile=server.ssl_keyfile,
         timeout_graceful_shutdown=5,
+        # Logging is configure_logging's: uvicorn's records go through the same handler and format.
+        log_config=None,
     )
-    GatewayServer(config).run()
+    # uvicorn raises the signal that stopped it again once it is done, to the handler found at
+    # start: these make a drained stop exit 0 instead of dying of that signal.
+    previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        GatewayServer(config).run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0
+
+
+def _stopped(sig: int, frame: object) -> None:
+    """A stop signal once uvicorn has finished (its graceful shutdown is done)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -167,6 +214,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args)
     if args.command == "call":
         return _call(args)
+    if args.command == "replay":
+        from duplex_gateway.replay import run
+
+        return run(
+            args.recording, engine=args.engine, config=args.config, speed=args.speed, out=args.out,
+            exact_deltas=args.exact_deltas, settle_s=args.settle, keep=args.keep,
+        )
     if args.command == "bench":
         from duplex_gateway.bench.cli import main as bench
 

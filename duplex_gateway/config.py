@@ -7,27 +7,35 @@ errors, and every error names the key it is about.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 __all__ = [
+    "API_SCOPES",
     "MAX_APPEND_AUDIO_BYTES",
     "MAX_MESSAGE_BYTES",
+    "ApiKeySettings",
+    "ApiScope",
     "AuthSettings",
     "ConfigError",
     "EchoSettings",
+    "EmbeddedLlmSettings",
     "EmbeddedSettings",
     "EngineSettings",
     "GatewaySettings",
     "LimitSettings",
     "PlivoCarrierSettings",
+    "RecordingSettings",
     "RemoteBackendSettings",
     "RemoteSettings",
+    "RetentionSettings",
     "ServerSettings",
     "SessionDefaults",
     "TelephonyProfileSettings",
@@ -53,6 +61,13 @@ class ServerSettings(_Section):
     #: Serve the browser demo at ``/``.
     web_demo: bool = True
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    #: ``text`` for a person at a terminal; ``json``: one JSON object per line, with ``session_id``
+    #: (for a log pipeline). Every session ends with one summary line either way.
+    log_format: Literal["text", "json"] = "text"
+    #: On SIGTERM, how long live sessions get to finish the reply (or turn) in progress before
+    #: they are closed (1001). Meanwhile ``/readyz`` answers 503 and new sessions are refused (1013).
+    #: Keep it under the orchestrator's kill timeout (Kubernetes: 30 s by default) less a few seconds.
+    drain_grace_s: float = Field(20.0, ge=0, le=3600)
     #: Offer WebSocket compression (permessage-deflate). Base64 audio barely compresses, and
     #: deflating every frame both ways costs more CPU than the rest of a session's work.
     ws_per_message_deflate: bool = False
@@ -100,11 +115,78 @@ class LimitSettings(_Section):
     #: Server events kept per session for replay on resume, by count and by bytes.
     resume_journal_events: int = Field(4096, ge=16)
     resume_journal_bytes: int = Field(8 << 20, ge=65536)
+    #: Open WebSocket connections one client address may hold (carrier streams aside); more are
+    #: refused before the upgrade with HTTP 503 ``session_limit``. Null: no cap.
+    max_sessions_per_ip: int | None = Field(None, ge=1)
+    #: WebSocket handshakes one client address may make per minute (a token bucket that size,
+    #: refilled evenly; carrier streams aside); more get HTTP 429 ``rate_limited``. Null: no limit.
+    connections_per_minute_per_ip: int | None = Field(None, ge=1)
+
+
+#: What an API key may open: the endpoints by their dialect, administration, minting client secrets.
+ApiScope = Literal["realtime", "duplex", "telephony", "observe", "admin", "client_secrets"]
+API_SCOPES: tuple[ApiScope, ...] = ("realtime", "duplex", "telephony", "observe", "admin", "client_secrets")
+
+
+class ApiKeySettings(_Section):
+    """One API key: a name for logs and metrics, the key's SHA-256, and what the key may do."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+    #: ``sha256:<64 hex digits>`` of the key. A plaintext ``key:`` is accepted instead: it is
+    #: hashed as the configuration loads, and only the hash is kept.
+    hash: str = Field(pattern=r"^sha256:[0-9a-f]{64}$", repr=False)
+    scopes: tuple[ApiScope, ...] = API_SCOPES
+    #: The engines this key is for (``engine.name``); empty: any. A gateway runs one engine, so a
+    #: key for others is refused there (403).
+    engines: tuple[str, ...] = ()
+    #: WebSocket sessions this key (with the client secrets it minted) may hold at once; null: no cap.
+    max_sessions: int | None = Field(None, ge=1)
+    #: Record this key's sessions (and those of the client secrets it minted) even while
+    #: ``recording.enabled`` is off; where and for how long: the ``recording:`` section.
+    record: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hash_plaintext(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "key" not in data:
+            return data
+        # load_settings reports each error by its key and message, never its input: the key stays unshown.
+        rest = {name: value for name, value in data.items() if name != "key"}
+        key = data["key"]
+        if "hash" in rest:
+            raise ValueError("give an API key's hash or the key itself, not both")
+        if not isinstance(key, str) or not key:
+            raise ValueError("an API key must be a non-empty string")
+        return {**rest, "hash": "sha256:" + hashlib.sha256(key.encode()).hexdigest()}
 
 
 class AuthSettings(_Section):
-    #: Accepted API keys; empty means no authentication.
-    api_keys: tuple[str, ...] = ()
+    #: Accepted API keys in plaintext, each allowed everything (the older form of ``keys``).
+    #: With this and ``keys`` both empty there is no authentication.
+    api_keys: tuple[str, ...] = Field((), repr=False)
+    keys: tuple[ApiKeySettings, ...] = ()
+    #: Signs client secrets (``POST /v1/realtime/client_secrets``); at least 32 characters. Null: a
+    #: random secret per process, so client secrets die with it and work on no other gateway.
+    token_secret: str | None = Field(None, min_length=32, repr=False)
+    #: Browser origins (``https://app.example.com``, ``https://*.example.com``) that may call the
+    #: gateway; a request whose ``Origin`` is another is refused (403). The gateway's own origin is
+    #: always allowed. Empty: any origin.
+    allowed_origins: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _distinct(self) -> AuthSettings:
+        names = [key.name for key in self.keys]
+        if len(set(names)) != len(names):
+            raise ValueError("auth.keys: two keys have the same name")
+        if len({key.hash for key in self.keys}) != len(self.keys):
+            raise ValueError("auth.keys: two keys have the same hash")
+        for origin in self.allowed_origins:
+            if not _ORIGIN.match(origin):
+                raise ValueError(f"auth.allowed_origins: {origin[:80]!r} is not scheme://host[:port] or null")
+        return self
+
+
+_ORIGIN = re.compile(r"^(null|https?://(\*\.)?[A-Za-z0-9.\-\[\]:]+)$")
 
 
 class EchoSettings(_Section):
@@ -115,6 +197,29 @@ class EchoSettings(_Section):
     max_turn_s: float = Field(60.0, gt=0)
     #: Time from a reply's request to its start, as a model's time to first audio would be.
     start_delay_ms: int = Field(0, ge=0, le=60_000)
+
+
+class EmbeddedLlmSettings(_Section):
+    """An optional language model for the ``embedded`` engine: any OpenAI-compatible chat endpoint.
+
+    Off while ``url`` is null: the offline responder and tool router answer. Keys never go in
+    a config file: name an environment variable in ``api_key_env``, or set
+    ``DUPLEX_GATEWAY_ENGINE__EMBEDDED__LLM__API_KEY``.
+    """
+
+    #: Base URL of the API up to its version, e.g. ``http://127.0.0.1:8080/v1``; null: no model.
+    url: str | None = Field(None, pattern=r"^https?://[^\s/]+(/\S*)?$")
+    #: The model to ask for; null: the first one the endpoint lists at start-up.
+    model: str | None = Field(None, min_length=1)
+    #: Sent as ``Authorization: Bearer``; for the environment only (see ``api_key_env``).
+    api_key: str | None = Field(None, repr=False)
+    #: Name of the environment variable that holds the key (used when ``api_key`` is unset).
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    #: Longest wait for the endpoint to start answering (and for the check at start-up, at most 2 s).
+    timeout_s: float = Field(10.0, gt=0, le=300)
+    #: Tokens one reply may produce (a reply's own ``max_output_tokens`` wins); null: the server's default.
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
 
 
 class EmbeddedSettings(_Section):
@@ -139,6 +244,8 @@ class EmbeddedSettings(_Section):
     lead_ms: int = Field(1000, ge=0, le=60_000)
     #: Sessions this engine admits (each talking caller costs CPU), capped by ``limits.max_sessions``.
     max_sessions: int | None = Field(8, ge=1)
+    #: A language model to answer with instead of the offline responder (off by default).
+    llm: EmbeddedLlmSettings = EmbeddedLlmSettings()
 
 
 class VllmOmniSettings(_Section):
@@ -300,6 +407,31 @@ class SessionDefaults(_Section):
     silence_duration_ms: int = Field(500, ge=0, le=10_000)
 
 
+class RetentionSettings(_Section):
+    """How many recordings are kept: past any limit, the oldest finished ones are deleted first."""
+
+    #: Recordings kept at most; null: no cap.
+    max_recordings: int | None = Field(None, ge=1)
+    #: Bytes all recordings may take together; null: no cap.
+    max_bytes: int | None = Field(None, ge=1)
+    #: Recordings older than this many seconds are deleted; null: kept whatever their age.
+    max_age_s: float | None = Field(None, gt=0)
+
+
+class RecordingSettings(_Section):
+    """Session recordings (caller and assistant audio as FLAC, an event log) for ``duplex-gateway replay``."""
+
+    #: Record every session. Off, only the sessions of keys with ``record: true`` are recorded,
+    #: and with no such key nothing is written at all.
+    enabled: bool = False
+    #: Where recordings go, one folder per session (relative paths: to the working directory).
+    directory: str = "recordings"
+    #: Items (audio chunks, events) waiting for a recording's writer thread; beyond this they are
+    #: dropped (never waited for) and the recording is marked incomplete.
+    queue_size: int = Field(4096, ge=16, le=1_000_000)
+    retention: RetentionSettings = RetentionSettings()
+
+
 class GatewaySettings(BaseSettings):
     """The whole configuration."""
 
@@ -313,6 +445,7 @@ class GatewaySettings(BaseSettings):
     engine: EngineSettings = EngineSettings()
     session: SessionDefaults = SessionDefaults()
     telephony: TelephonySettings = TelephonySettings()
+    recording: RecordingSettings = RecordingSettings()
 
     @classmethod
     def settings_customise_sources(

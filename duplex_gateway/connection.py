@@ -31,7 +31,12 @@ most ``limits.hard_max_message_bytes``) and the rest of one TCP read.
 A session outlives a dropped socket for ``limits.resume_grace_s``: it is
 *detached* (engine still running, events journaled) until ``session.resume``
 attaches a new socket, or the grace runs out. Every way a session ends
-releases its engine session and its admission slot.
+releases its engine session and its admission slot, and logs one summary line.
+
+When the gateway drains for shutdown (:meth:`Connection.drain`), a session is told
+``session.closing`` where its client can take it, finishes the reply in progress
+(and the caller's turn in progress, with its reply), and closes with 1001; the
+gateway closes whatever is left when the grace runs out.
 """
 
 from __future__ import annotations
@@ -51,7 +56,10 @@ from duplex_gateway.dialects.base import Dialect, PacedDialect
 from duplex_gateway.engine import port
 from duplex_gateway.engine_link import EngineLink
 from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError
+from duplex_gateway.logs import bind_session
+from duplex_gateway.metrics import GatewayMetrics
 from duplex_gateway.observers import Observers
+from duplex_gateway.recording import NO_RECORDER, Recorder
 from duplex_gateway.resume import Journal, ResumeRegistry, new_resume_token
 from duplex_gateway.session import (
     AcknowledgeEvents,
@@ -64,10 +72,12 @@ from duplex_gateway.session import (
     OpenEngine,
     Output,
     ProcessInput,
+    ReportLatency,
     Session,
     UpdateEngine,
 )
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.session_config import CLOSING_EVENT, SessionConfig
+from duplex_gateway.session_stats import SessionStats, describe
 from duplex_gateway.transport import Attachment, Close, Frame, Socket
 from duplex_gateway.vad_batch import VadBatcher
 
@@ -83,24 +93,30 @@ ENGINE_BACKLOG_MS = 2_000
 
 
 class SessionRegistry:
-    """Counts live sessions against ``max_sessions`` (admission control)."""
+    """Counts live sessions against ``max_sessions`` (admission control), and admits none once draining."""
 
     def __init__(self, max_sessions: int) -> None:
         self.max_sessions = max_sessions
-        self._live: set[str] = set()
+        self._live: dict[str, Connection | None] = {}
+        #: Set when the gateway starts draining for shutdown: every new session is refused.
+        self.draining = False
 
-    def try_admit(self, session_id: str) -> bool:
-        if len(self._live) >= self.max_sessions:
+    def try_admit(self, session_id: str, host: Connection | None = None) -> bool:
+        if self.draining or len(self._live) >= self.max_sessions:
             return False
-        self._live.add(session_id)
+        self._live[session_id] = host
         return True
 
     def release(self, session_id: str) -> None:
-        self._live.discard(session_id)
+        self._live.pop(session_id, None)
 
     @property
     def count(self) -> int:
         return len(self._live)
+
+    def hosts(self) -> list[Connection]:
+        """The admitted sessions' hosts (attached, detached and resumed alike)."""
+        return [host for host in self._live.values() if host is not None]
 
 
 class _Outcome(enum.Enum):
@@ -128,6 +144,9 @@ class Connection:
         dialect: Dialect,
         resumes: ResumeRegistry[Connection] | None = None,
         vad: VadBatcher | None = None,
+        metrics: GatewayMetrics | None = None,
+        dialect_name: str = "realtime",
+        recorder: Recorder = NO_RECORDER,
     ) -> None:
         limits = settings.limits
         self._first_socket = socket
@@ -176,6 +195,17 @@ class Connection:
         self._stop_reading = False
         #: Read-only Realtime clients watching this session (made on the first one).
         self._observers: Observers | None = None
+        # Metrics and the summary line: the dialect's name for labels (a call's carrier refines it).
+        self._metrics = metrics if metrics is not None else GatewayMetrics(engine.capabilities.name)
+        self._dialect_name = dialect_name
+        #: Hears every frame, event and piece of audio of the session (recording: off by default).
+        self._recorder = recorder
+        self._stats = SessionStats(self._metrics, started_at=0.0)
+        #: How the client ended it, when it did (its close code, and whether it meant to).
+        self._client_close: tuple[str, int] | None = None
+        self._reported = False
+        #: The gateway is draining: close once the reply and turn in progress are done.
+        self._draining = False
 
     @property
     def session_id(self) -> str:
@@ -187,6 +217,13 @@ class Connection:
         start = getattr(self._dialect, "start", None)
         call_id = getattr(start, "call_id", None)
         return call_id if isinstance(call_id, str) else None
+
+    @property
+    def dialect_label(self) -> str:
+        """The dialect's name in metrics and logs: a call's carrier, else the handshake's dialect."""
+        start = getattr(self._dialect, "start", None)
+        carrier = getattr(start, "carrier", None)
+        return str(carrier) if carrier else self._dialect_name
 
     @property
     def closed_by_server(self) -> bool:
@@ -232,6 +269,8 @@ class Connection:
 
     async def serve(self) -> None:
         """Serve the first socket; returns when it is done (the session may live on, detached)."""
+        bind_session(self.session_id)
+        self._stats.started_at = asyncio.get_running_loop().time()
         self._attachment = self._attach(self._first_socket)
         self._generation = 1
         self._deadline = asyncio.get_running_loop().time() + self._limits.max_session_s
@@ -241,6 +280,7 @@ class Connection:
         realtime = self.session.handshake is Handshake.REALTIME
         if realtime and not self._admit():
             await self._end_attachment()
+            self._report_end()
             return
         outcome = _Outcome.CLOSED
         try:
@@ -271,6 +311,9 @@ class Connection:
                 self._superseded[reader] = replaced
                 reader.cancel()
             logger.info("session %s taken over by a new connection", self.session_id)
+        bind_session(self.session_id)
+        self._metrics.resume("resumed")
+        self._stats.resumes += 1
         self._resumed.set()
         self._generation += 1
         self.resume_token = new_resume_token()
@@ -303,6 +346,8 @@ class Connection:
             return
         if outcome is _Outcome.HANDED_OVER:
             # Nothing was opened for this connection; the socket now belongs to another session.
+            self._reported = True  # it never was a session of its own
+            self._recorder.closed("handed_over", None, self.session.config)
             await self._stop_attachment()
             await self._release()
             return
@@ -340,6 +385,8 @@ class Connection:
             return
         assert self._resumes is not None
         self._resumes.unpark(self)
+        if not self._ended.is_set():
+            self._metrics.resume("expired")
         logger.info("session %s was not resumed in time; ending it", self.session_id)
         self._apply(self.session.expire("resume_timeout", CloseCode.NORMAL, "the client did not come back"))
         await self._release()
@@ -350,10 +397,37 @@ class Connection:
         if self._attachment is None:  # detached: nobody to tell
             await self._release()
 
+    def drain(self, grace_s: float) -> None:
+        """The gateway is draining: warn the client, let the reply and turn in progress finish, close (1001).
+
+        ``session.closing`` goes only to clients that cannot trip on an unknown event:
+        vLLM-Omni duplex clients (and phone calls, whose dialect drops it) and clients
+        that asked for it (``session.include``). The gateway enforces ``grace_s``.
+        """
+        if self._draining or self.session.closed or self._closing is not None:
+            return
+        self._draining = True
+        if self._attachment is None:
+            return  # detached: the gateway closes it at once
+        if self.session.handshake is Handshake.DUPLEX or CLOSING_EVENT in self.session.config.include:
+            self._emit_raw(ev.SessionClosing(reason="server_shutdown", grace_s=grace_s), observed=False)
+        self._drain_step()
+
+    def _drain_step(self) -> None:
+        """Draining: close as soon as no reply is in progress and the caller is not mid-turn."""
+        session = self.session
+        if session.closed or self._closing is not None or session.response_active or self._stats.caller_speaking:
+            return
+        self._apply(session.shut_down())
+
     def _admit(self) -> bool:
-        """Take an admission slot, or refuse the session with ``session_limit``."""
-        if self._registry.try_admit(self.session_id):
+        """Take an admission slot, or refuse the session with ``session_limit`` (``server_shutting_down``)."""
+        if self._registry.try_admit(self.session_id, self):
+            self._stats.admitted(self._metrics.labels(self.dialect_label))
             return True
+        if self._registry.draining:
+            self._refuse(ErrorCode.SERVER_SHUTTING_DOWN, "the gateway is shutting down; connect again")
+            return False
         self._refuse(
             ErrorCode.SESSION_LIMIT,
             f"the gateway is at its limit of {self._registry.max_sessions} sessions; try again later",
@@ -406,19 +480,25 @@ class Connection:
                 # A client that closes on purpose (1000, 1001) is done; anything else is a dropped
                 # connection whose client may come back with session.resume.
                 code = message.get("code", 1006)
-                return _Outcome.CLOSED if code in (1000, 1001) else _Outcome.DROPPED
+                purposeful = code in (1000, 1001)
+                self._client_close = ("client_closed" if purposeful else "client_dropped", code)
+                return _Outcome.CLOSED if purposeful else _Outcome.DROPPED
             frame: Frame | None = message.get("text")
             if frame is None:
                 frame = message.get("bytes", b"")
+            self._stats.frame_in(frame)
             if self._paced is not None:
                 self._paced.tick(loop.time())
             try:
                 commands: Sequence[Command] = self._dialect.parse(frame)
             except ProtocolError as exc:
+                self._recorder.client_command(frame, (), self.session.config.input_format)
                 self._send_error(exc)
                 continue
+            self._recorder.client_command(frame, commands, self.session.config.input_format)
             if self._paced is not None and self._paced.wants_pump:
                 self._pace(None)  # e.g. the carrier takes audio again after a pause
+            waited = 0.0
             for command in commands:
                 if isinstance(command, SessionResume) and first and not self.session.configured:
                     if await self._hand_over(command):
@@ -426,7 +506,10 @@ class Connection:
                     continue
                 first = False
                 self._apply(self.session.receive(command, now=loop.time()))
+                began = loop.time()
                 await self._finish_step()
+                waited += loop.time() - began
+            self._stats.input_wait(waited)
         return _Outcome.CLOSED
 
     async def _finish_step(self) -> None:
@@ -451,6 +534,7 @@ class Connection:
             except ProtocolError as exc:
                 self._send_error(exc)
                 return
+            self._recorder.caller_audio(processed.pcm)
             self._apply(
                 self.session.input_processed(
                     processed.pcm, processed.duration_ms, processed.windows,
@@ -463,6 +547,7 @@ class Connection:
     async def _hand_over(self, command: SessionResume) -> bool:
         """Give this socket to the detached session ``command`` names; False if refused."""
         if self._resumes is None:
+            self._metrics.resume("disabled")
             self._send_error(
                 ProtocolError(ErrorCode.INVALID_RESUME_TOKEN, "session resume is turned off", event_id=command.event_id)
             )
@@ -472,6 +557,7 @@ class Connection:
                 command.session_id, command.resume_token, command.last_received_server_event_seq
             )
         except ProtocolError as exc:
+            self._metrics.resume("gap" if exc.code is ErrorCode.RESUME_GAP else "refused")
             attachment = self._attachment
             if exc.code is ErrorCode.RESUME_GAP and attachment is not None:
                 # vLLM-Omni's answer: the client must start over (its DuplexClient gives up
@@ -502,6 +588,8 @@ class Connection:
             stall_timeout_s=self._limits.send_timeout_s,
             on_stalled=self._client_stalled,
             name=self.session_id,
+            on_queued=self._stats.queued,
+            on_written=self._stats.written,
         )
 
     def _client_stalled(self) -> None:
@@ -571,8 +659,9 @@ class Connection:
             await link.close()
             reason = self._closing.reason if self._closing else "disconnected"
             try:
-                async with asyncio.timeout(self._limits.engine_timeout_s):
-                    await link.engine_session.close(reason)
+                with self._metrics.timed_call("close_session"):
+                    async with asyncio.timeout(self._limits.engine_timeout_s):
+                        await link.engine_session.close(reason)
             except Exception:
                 logger.exception("closing engine session %s failed", self.session_id)
         if self._pump is not None and self._pump is not asyncio.current_task():
@@ -580,13 +669,32 @@ class Connection:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._pump
         self._registry.release(self.session_id)
+        self._stats.released()
+        self._report_end()
+
+    def _report_end(self) -> None:
+        """Count the session's end and log its summary line, once."""
+        if self._reported:
+            return
+        self._reported = True
+        closing = self._closing
+        client = self._client_close or ("client_closed", None)
+        reason, code = (closing.reason, int(closing.code)) if closing else client
+        summary = self._stats.summary(
+            now=asyncio.get_running_loop().time(), session_id=self.session_id,
+            reason=self._stats.ended(reason, code, self.dialect_label), code=code,
+            dialect=self.dialect_label, engine=self._engine.capabilities.name, call_id=self.call_id,
+        )
+        logger.info(describe(summary), extra=summary)
+        self._recorder.closed(str(summary["close_reason"]), code, self.session.config)
 
     # -- the engine ---------------------------------------------------------------------
 
     async def _open_engine(self, config: SessionConfig) -> bool:
         try:
-            async with asyncio.timeout(self._limits.engine_timeout_s):
-                engine_session = await self._engine.open_session(self.session_id, config)
+            with self._metrics.timed_call("open_session"):
+                async with asyncio.timeout(self._limits.engine_timeout_s):
+                    engine_session = await self._engine.open_session(self.session_id, config)
         except port.EngineSessionLimit as exc:
             self._refuse(ErrorCode.SESSION_LIMIT, str(exc) or "the engine has no room for another session")
             return False
@@ -601,6 +709,7 @@ class Connection:
             on_done=self._engine_call_done,
             high_water_bytes=rate * 2 * ENGINE_BACKLOG_MS // 1000,
             name=self.session_id,
+            metrics=self._metrics,
         )
         self._pump = asyncio.create_task(self._pump_engine(engine_session), name=f"pump:{self.session_id}")
         if self._resumes is not None:
@@ -653,6 +762,8 @@ class Connection:
                 self._close_socket(output.code, output.reason)
             elif isinstance(output, AcknowledgeEvents):
                 self._acknowledge(output.server_event_seq)
+            elif isinstance(output, ReportLatency):
+                self._stats.latency(output)
             else:
                 self._call_engine(output)
         if self._paced is not None:
@@ -660,6 +771,8 @@ class Connection:
             for command in self._paced.take_commands():
                 self._apply(self.session.receive(command, now=loop.time()))
         self._schedule_timer()
+        if self._draining:
+            self._drain_step()
 
     def _call_engine(self, call: EngineCall) -> None:
         link = self._link
@@ -671,6 +784,7 @@ class Connection:
             # The resampler holds back the last few ms the caller said; the engine needs them now.
             tail = self._input.flush()
             if tail:
+                self._recorder.caller_audio(tail)
                 link.submit(AppendAudio(pcm=tail))
         link.submit(call)
 
@@ -714,27 +828,39 @@ class Connection:
     # -- the send side ------------------------------------------------------------------------
 
     def _emit(self, event: ev.ServerEvent) -> None:
+        self._stats.event(event, asyncio.get_running_loop().time())
+        if isinstance(event, ev.AudioDelta):
+            self._recorder.assistant_audio(event.audio)  # the engine's PCM16, before client encoding
         for out in self._output.encode(event, self.session.config.output_format, self.session.epoch):
             self._emit_raw(out)
         if isinstance(event, ev.ResponseDone):
             # vLLM-Omni's server follows every response.done with one; clients sequence on it.
             self._emit_raw(ev.RateLimitsUpdated())
 
-    def _emit_raw(self, event: ev.ServerEvent) -> None:
-        """Number, render and journal ``event``, then queue it for the attached socket, if any."""
-        if self._observers is not None:
+    def _emit_raw(self, event: ev.ServerEvent, *, observed: bool = True) -> None:
+        """Number, render and journal ``event``, then queue it for the attached socket, if any.
+
+        ``observed``: observers (strict Realtime clients) get it too.
+        """
+        if self._observers is not None and observed:
             self._observers.send(event)
         if self._paced is not None:
             self._paced.tick(asyncio.get_running_loop().time())
             self._pace(None)  # it may have queued paced frames
         frame = self._dialect.render(event, seq=self._seq + 1)
+        self._recorder.server_event(event, frame is not None)
         if frame is None:
             return
         self._seq += 1
         if self._resumes is not None:
             self._journal.append(self._seq, frame)
         attachment = self._attachment
-        if attachment is not None:  # detached: the journal holds it for a resume
+        if attachment is None:
+            return  # detached: the journal holds it for a resume
+        if isinstance(event, ev.AudioDelta):
+            # Its write time feeds the chunk-gap and barge-in cut-off histograms.
+            attachment.send(frame, on_sent=self._stats.audio_queued(event.response_id))
+        else:
             attachment.send(frame)
 
     def _pace(self, at: float | None) -> None:

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from duplex_gateway.engine import port
+from duplex_gateway.metrics import GatewayMetrics, call_name
 from duplex_gateway.session import (
     AckPlayback,
     AddFunctionCall,
@@ -52,6 +53,7 @@ class EngineLink:
     ``on_error`` hears of every call that failed or timed out (after
     ``timeout_s``); the link goes on with the next call. ``on_done`` hears of
     every call the engine took (the session waits on some: ``UpdateEngine``).
+    ``metrics`` hears how long each call took, or how it failed.
     """
 
     def __init__(
@@ -63,8 +65,10 @@ class EngineLink:
         high_water_bytes: int,
         name: str,
         on_done: Callable[[EngineCall], None] | None = None,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self.engine_session = engine_session
+        self._metrics = metrics
         self._timeout_s = timeout_s
         self._on_error = on_error
         self._on_done = on_done
@@ -115,8 +119,9 @@ class EngineLink:
                 # busy engine pays its per-call cost once per batch instead of once per frame.
                 call = _merge(call, calls)
             try:
-                async with asyncio.timeout(self._timeout_s):
-                    await self._make(call)
+                with self._metrics.timed_call(call_name(call)) if self._metrics else contextlib.nullcontext():
+                    async with asyncio.timeout(self._timeout_s):
+                        await self._make(call)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # any engine failure is reported the same way

@@ -38,7 +38,12 @@ class ErrorCode(enum.StrEnum):
     MESSAGE_TOO_LARGE = "message_too_large"
     INPUT_RATE_EXCEEDED = "input_rate_exceeded"
     SESSION_LIMIT = "session_limit"
+    SERVER_SHUTTING_DOWN = "server_shutting_down"
     UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    ORIGIN_NOT_ALLOWED = "origin_not_allowed"
+    INVALID_SIGNATURE = "invalid_signature"
+    RATE_LIMITED = "rate_limited"
     IDLE_TIMEOUT = "idle_timeout"
     SESSION_EXPIRED = "session_max_duration"
     SLOW_CONSUMER = "slow_consumer"
@@ -51,8 +56,9 @@ _SERVER_SIDE = {
     ErrorCode.ENGINE_ERROR,
     ErrorCode.ENGINE_UNAVAILABLE,
     ErrorCode.INTERNAL_ERROR,
+    ErrorCode.SERVER_SHUTTING_DOWN,
 }
-_RATE_LIMIT = {ErrorCode.INPUT_RATE_EXCEEDED, ErrorCode.SESSION_LIMIT, ErrorCode.SLOW_CONSUMER}
+_RATE_LIMIT = {ErrorCode.INPUT_RATE_EXCEEDED, ErrorCode.SESSION_LIMIT, ErrorCode.SLOW_CONSUMER, ErrorCode.RATE_LIMITED}
 
 
 def error_type_for(code: ErrorCode) -> str:
@@ -69,10 +75,10 @@ class CloseCode(enum.IntEnum):
 
     NORMAL = 1000  # session.close from the client, or the client went away
     GOING_AWAY = 1001  # the gateway is shutting down
-    POLICY_VIOLATION = 1008  # authentication failed
+    POLICY_VIOLATION = 1008  # a carrier stream or observer refused after the upgrade (keys are refused before it)
     MESSAGE_TOO_BIG = 1009  # a frame above the hard size limit
     INTERNAL_ERROR = 1011  # an unexpected fault; details are withheld
-    TRY_AGAIN_LATER = 1013  # max_sessions reached, or the engine is not ready
+    TRY_AGAIN_LATER = 1013  # max_sessions reached, the engine is not ready, or the gateway is draining
     IDLE_TIMEOUT = 4000  # no client message for idle_timeout_s
     MAX_DURATION = 4001  # the session reached max_session_s
     SLOW_CONSUMER = 4002  # the client did not read its events in time

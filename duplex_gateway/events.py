@@ -48,6 +48,7 @@ __all__ = [
     "ResponseSpeak",
     "ServerEvent",
     "SessionClosed",
+    "SessionClosing",
     "SessionCreated",
     "SessionReplaced",
     "SessionResumed",
@@ -451,6 +452,20 @@ class SessionClosed(ServerEvent):
     type: ClassVar[str] = "session.closed"
     session_id: str
     reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionClosing(ServerEvent):
+    """The gateway will close the session within ``grace_s`` (it is draining for shutdown).
+
+    A gateway extension, sent only where it cannot trip a strict client: to vLLM-Omni
+    duplex clients and to clients that asked (``session.include`` with ``session.closing``).
+    The session goes on meanwhile; the current reply may finish.
+    """
+
+    type: ClassVar[str] = "session.closing"
+    reason: str
+    grace_s: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -59,6 +59,7 @@ __all__ = [
     "OpenEngine",
     "Output",
     "ProcessInput",
+    "ReportLatency",
     "Session",
     "SignalTurn",
     "StartResponse",
@@ -258,6 +259,22 @@ class CloseSession(EngineCall):
 
     reason: str
     code: CloseCode
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportLatency(EngineCall):
+    """A reply's first audio is out: where its time went, for the host to record (metrics, logs).
+
+    Made for every reply whether the client asked for ``turn.latency`` or not; the
+    event in ``latency`` goes to the client only when it asked (``session.include``).
+    """
+
+    latency: ev.TurnLatency
+    #: From the reply's request (its turn's commit, or ``response.create``) to its first audio.
+    first_audio_ms: float
+    #: From the end of the caller's speech to the first audio: ``latency.total_ms`` when
+    #: the gateway's turn detection found that end, else None.
+    speech_end_ms: float | None
 
 
 Output = ev.ServerEvent | EngineCall
@@ -935,10 +952,14 @@ class Session:
             decides = td is not None and td.create_response
             outputs.extend(self._commit_turn(create_response=False, engine_decides=decides))
         else:
-            # The detector commits a silence after the speech ended: that wait is part of the reply's latency.
+            # The detector commits a silence after the speech ended: that wait is part of the reply's
+            # latency. ``audio_end_ms`` already counts the silence (as OpenAI's does), so the speech
+            # itself ended ``silence_duration_ms`` before it.
+            td = self.config.turn_detection
+            silence = td.silence_duration_ms if td is not None else 0
             outputs.extend(self._commit_turn(
                 create_response=self._turn_detection_creates_response(),
-                detection_ms=max(0.0, self._input_ms - audio_end_ms),
+                detection_ms=max(0.0, self._input_ms - (audio_end_ms - silence)),
             ))
         return outputs
 
@@ -1088,7 +1109,7 @@ class Session:
             response = self._live(event.response_id)
             if response is None:
                 return []  # already finished on our side (cancelled): fenced
-            if event.status == "completed" and now is not None and not response.out_of_band:
+            if event.status in ("completed", "incomplete") and now is not None and not response.out_of_band:
                 self._arm_idle_timer(response, now)
             return self._finish(
                 response, event.status, event.reason,
@@ -1320,9 +1341,7 @@ class Session:
         return outputs
 
     def _latency(self, response: _Response) -> list[Output]:
-        """The reply's first audio is out: where its time went, for clients that asked."""
-        if LATENCY_EVENT not in self.config.include:
-            return []
+        """The reply's first audio is out: where its time went, for the host and for clients that asked."""
         if response.requested_at is None or response.first_audio_at is None:
             return []
         detection = response.detection_ms
@@ -1337,9 +1356,13 @@ class Session:
         else:
             stages.append(("engine", round(engine_ms, 1)))
         total = round((detection or 0.0) + engine_ms, 1)
-        return [ev.TurnLatency(
+        latency = ev.TurnLatency(
             response_id=response.id, item_id=response.turn_item_id, total_ms=total, stages=tuple(stages)
-        )]
+        )
+        report = ReportLatency(
+            latency=latency, first_audio_ms=engine_ms, speech_end_ms=total if detection is not None else None
+        )
+        return [report, latency] if LATENCY_EVENT in self.config.include else [report]
 
     # -- ending responses ---------------------------------------------------------------
 

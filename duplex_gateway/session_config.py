@@ -15,6 +15,7 @@ from duplex_gateway.audio.format import AudioFormat, Encoding
 from duplex_gateway.errors import ErrorCode, ProtocolError
 
 __all__ = [
+    "CLOSING_EVENT",
     "INCLUDABLE",
     "LATENCY_EVENT",
     "UNSET",
@@ -61,9 +62,12 @@ VLLM_OMNI_FIELDS = (
 
 #: ``session.include`` value that asks for a ``turn.latency`` event per reply (a gateway extension).
 LATENCY_EVENT = "turn.latency"
+#: ``session.include`` value that asks for a ``session.closing`` warning before a shutdown closes
+#: the session (a gateway extension; vLLM-Omni duplex clients get it unasked).
+CLOSING_EVENT = "session.closing"
 #: What ``session.include`` may name: OpenAI's transcription log-probabilities (accepted; the
-#: engines report none) and the gateway's latency breakdown.
-INCLUDABLE = ("item.input_audio_transcription.logprobs", LATENCY_EVENT)
+#: engines report none) and the gateway's extension events.
+INCLUDABLE = ("item.input_audio_transcription.logprobs", LATENCY_EVENT, CLOSING_EVENT)
 
 
 class TurnDetectionMode(enum.StrEnum):

@@ -7,6 +7,10 @@ reading is noticed here and only here: once the outbox holds more than its high
 water mark for ``stall_timeout_s`` (or four times that mark at any moment, which
 bounds the memory a stalled client can pin), the attachment reports the client
 as stalled and stops writing.
+
+Its owner may watch it: ``on_queued`` hears the outbox depth after each frame is
+queued, ``on_written`` the size of each frame written, and a frame sent with
+``on_sent`` has that called, with the loop's time, once it is written.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any, Protocol
 
 from duplex_gateway.errors import CloseCode
 
-__all__ = ["Attachment", "Close", "Frame", "Socket"]
+__all__ = ["Attachment", "Close", "Frame", "Socket", "frame_size"]
 
 #: A WebSocket message: text (JSON dialects) or binary (carriers' raw audio).
 Frame = str | bytes
@@ -32,6 +36,14 @@ class Socket(Protocol):
     async def receive(self) -> MutableMapping[str, Any]: ...
     async def send_text(self, data: str) -> None: ...
     async def close(self, code: int = 1000, reason: str | None = None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Tracked:
+    """A frame whose owner wants to know when it was written."""
+
+    frame: Frame
+    on_sent: Callable[[float], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +65,13 @@ class Attachment:
         stall_timeout_s: float,
         on_stalled: Callable[[], None],
         name: str,
+        on_queued: Callable[[int], None] | None = None,
+        on_written: Callable[[int], None] | None = None,
     ) -> None:
         self.socket = socket
-        self._outbox: deque[Frame | Close] = deque()
+        self._outbox: deque[Frame | _Tracked | Close] = deque()
+        self._on_queued = on_queued
+        self._on_written = on_written
         self._high_water = high_water
         self._stall_timeout_s = stall_timeout_s
         self._on_stalled = on_stalled
@@ -65,13 +81,18 @@ class Attachment:
         self.stalled = False
         self.writer = asyncio.create_task(self._write_loop(), name=f"writer:{name}")
 
-    def send(self, frame: Frame) -> None:
-        """Queue ``frame`` after everything queued before; returns at once."""
+    def send(self, frame: Frame, *, on_sent: Callable[[float], None] | None = None) -> None:
+        """Queue ``frame`` after everything queued before; returns at once.
+
+        ``on_sent`` is called with the loop's time once the frame is written (never if it is dropped).
+        """
         if self._closing is not None or self.stalled:
             return
-        self._outbox.append(frame)
+        self._outbox.append(frame if on_sent is None else _Tracked(frame, on_sent))
         self._wake.set()
         backlog = len(self._outbox)
+        if self._on_queued is not None:
+            self._on_queued(backlog)
         if backlog > 4 * self._high_water:
             self._stall()
         elif backlog > self._high_water and self._stall_timer is None:
@@ -123,13 +144,18 @@ class Attachment:
                 with contextlib.suppress(Exception):
                     await self.socket.close(int(item.code), item.reason)
                 return
+            frame = item.frame if isinstance(item, _Tracked) else item
             try:
-                if isinstance(item, str):
-                    await self.socket.send_text(item)
+                if isinstance(frame, str):
+                    await self.socket.send_text(frame)
                 else:
-                    await self.socket.send_bytes(item)  # type: ignore[attr-defined]
+                    await self.socket.send_bytes(frame)  # type: ignore[attr-defined]
             except Exception:  # noqa: BLE001 - any send failure means the client is gone
                 return  # the reader sees the disconnect
+            if self._on_written is not None:
+                self._on_written(frame_size(frame))
+            if isinstance(item, _Tracked):
+                item.on_sent(asyncio.get_running_loop().time())
             if self._stall_timer is not None and len(outbox) <= self._high_water:
                 self._cancel_stall_timer()
 
@@ -151,3 +177,10 @@ class Attachment:
         if self._stall_timer is not None:
             self._stall_timer.cancel()
             self._stall_timer = None
+
+
+def frame_size(frame: Frame) -> int:
+    """Bytes of a message (a text one's UTF-8, counted without encoding it when it is ASCII)."""
+    if isinstance(frame, str):
+        return len(frame) if frame.isascii() else len(frame.encode())
+    return len(frame)

@@ -26,6 +26,8 @@ EXTENSION_EVENTS = frozenset(
         "session.replaced", "session.resync_required",
         # The gateway's latency breakdown, sent only to a client that asked (``session.include``).
         "turn.latency",
+        # The gateway's drain warning: to duplex clients, and to clients that asked (``session.include``).
+        "session.closing",
     }
 )
 

@@ -23,6 +23,7 @@ from duplex_gateway.dialects.realtime import RealtimeDialect
 from duplex_gateway.engine import port
 from duplex_gateway.engine.echo import EchoEngine
 from duplex_gateway.engine_link import MAX_MERGED_AUDIO_BYTES
+from duplex_gateway.metrics import GatewayMetrics
 from duplex_gateway.resume import ResumeRegistry
 from duplex_gateway.session import Handshake
 from duplex_gateway.session_config import SessionConfig
@@ -133,6 +134,7 @@ class Harness:
         registry: SessionRegistry | None = None,
         resumes: ResumeRegistry[Connection] | None = None,
         session_id: str = "sess_test",
+        metrics: GatewayMetrics | None = None,
         **overrides: Any,
     ) -> Connection:
         settings = load_settings(None, **{"session.turn_detection": "none", **overrides})
@@ -149,6 +151,8 @@ class Harness:
                 max_message_bytes=settings.limits.max_message_bytes,
             ),
             resumes=resumes,
+            metrics=metrics,
+            dialect_name="duplex" if handshake is Handshake.DUPLEX else "realtime",
         )
         self.tasks.append(asyncio.create_task(connection.serve()))
         return connection
@@ -602,3 +606,100 @@ async def test_session_updated_follows_the_engine_and_a_refusal_is_an_error(harn
     assert error["error"]["event_id"] == "evt_voice"
     assert "voice_update_after_audio_unsupported" in error["error"]["message"]
     assert socket.types(index + 1).count("session.updated") == 0
+
+
+# ---------------------------------------------------------------------------------------
+# metrics and the summary line; draining for shutdown
+
+
+def sample(metrics: GatewayMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+async def test_a_sessions_reply_feeds_the_metrics_and_its_end_the_summary_line(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    metrics = GatewayMetrics("echo")
+    registry = SessionRegistry(4)
+    engine = await echo()
+    socket = FakeSocket()
+    harness.connect(socket, engine, registry=registry, metrics=metrics)
+    await socket.wait_for("session.created")
+    assert sample(metrics, "duplex_gateway_sessions_active", dialect="realtime", engine="echo") == 1
+    socket.append(speech_like(0.3))
+    response_id = await reply_to_turn(socket)
+    await socket.wait_for(done_of(response_id))
+    with caplog.at_level("INFO", logger="duplex_gateway.connection"):
+        socket.drop(1000)
+        await assert_released(harness, registry, engine)
+    assert sample(metrics, "duplex_gateway_first_audio_seconds_count", engine="echo") == 1
+    assert sample(metrics, "duplex_gateway_speech_end_to_first_audio_seconds_count", engine="echo") is None
+    assert sample(metrics, "duplex_gateway_replies_total", engine="echo", status="completed") == 1
+    assert sample(metrics, "duplex_gateway_sessions_active", dialect="realtime", engine="echo") == 0
+    assert sample(
+        metrics, "duplex_gateway_sessions_total", dialect="realtime", engine="echo", reason="client_closed"
+    ) == 1
+    assert sample(metrics, "duplex_gateway_engine_call_seconds_count", call="start_response") == 1
+    assert sample(metrics, "duplex_gateway_engine_call_seconds_count", call="open_session") == 1
+    assert (sample(metrics, "duplex_gateway_output_chunk_gap_seconds_count", engine="echo") or 0) >= 1
+    assert (sample(metrics, "duplex_gateway_send_queue_depth_count") or 0) >= len(socket.events)
+    assert sample(metrics, "duplex_gateway_input_backpressure_seconds_count") == 3  # append, commit, create
+    sent = sum(len(json.dumps(e)) for e in socket.events)
+    assert (sample(metrics, "duplex_gateway_client_bytes_total", direction="out") or 0) >= sent * 0.9
+    (summary,) = [r for r in caplog.records if getattr(r, "event", None) == "session_summary"]
+    assert summary.session_id == "sess_test" and summary.turns == 1 and summary.replies == 1  # type: ignore[attr-defined]
+    assert summary.first_audio_ms["count"] == 1 and summary.close_code == 1000  # type: ignore[attr-defined]
+    assert summary.close_reason == "client_closed" and summary.bytes_in > 0  # type: ignore[attr-defined]
+
+
+async def test_draining_a_duplex_session_warns_it_lets_the_reply_finish_then_closes_1001(harness: Harness) -> None:
+    registry = SessionRegistry(4)
+    engine = await echo(pace=1.0, chunk_ms=50)
+    socket = FakeSocket()
+    connection = harness.connect(socket, engine, registry=registry, handshake=Handshake.DUPLEX)
+    socket.push({"type": "session.update", "session": {"type": "realtime", "turn_detection": None}})
+    await socket.wait_for("session.created")
+    socket.append(speech_like(0.6))
+    response_id = await reply_to_turn(socket)
+    await socket.wait_for("response.output_audio.delta")
+    registry.draining = True
+    connection.drain(5.0)
+    closing = socket.events[await socket.wait_for("session.closing")]
+    assert {k: v for k, v in closing.items() if k not in ("event_id", "server_event_seq")} == {
+        "type": "session.closing", "reason": "server_shutdown", "grace_s": 5.0,
+    }
+    done = socket.events[await socket.wait_for(done_of(response_id))]
+    assert done["response"]["status"] == "completed"  # the reply in progress was finished
+    assert await socket.wait_closed() == 1001
+    assert socket.types()[-2:] == ["rate_limits.updated", "session.closed"]
+    socket.drop(1000)  # the client's answer to the close
+    await assert_released(harness, registry, engine)
+
+
+@pytest.mark.parametrize("include", [False, True])
+async def test_a_realtime_client_is_warned_only_if_it_asked(harness: Harness, include: bool) -> None:
+    engine = await echo()
+    socket = FakeSocket()
+    connection = harness.connect(socket, engine)
+    await socket.wait_for("session.created")
+    if include:
+        socket.push({"type": "session.update", "session": {"type": "realtime", "include": ["session.closing"]}})
+        await socket.wait_for("session.updated")
+    connection.drain(5.0)
+    assert await socket.wait_closed() == 1001  # nothing in progress: closed at once
+    assert ("session.closing" in socket.types()) is include
+    assert "session.closed" not in socket.types()  # a vLLM-Omni event, never for a Realtime client
+
+
+async def test_a_draining_gateway_refuses_new_sessions_1013(harness: Harness) -> None:
+    metrics = GatewayMetrics("echo")
+    registry = SessionRegistry(4)
+    registry.draining = True
+    socket = FakeSocket()
+    harness.connect(socket, await echo(), registry=registry, metrics=metrics)
+    assert await socket.wait_closed() == 1013
+    assert socket.types() == ["error"] and socket.errors() == ["server_shutting_down"]
+    await asyncio.gather(*harness.tasks)
+    assert sample(
+        metrics, "duplex_gateway_sessions_total", dialect="realtime", engine="echo", reason="server_shutting_down"
+    ) == 1

@@ -99,6 +99,7 @@ from duplex_gateway.events import (
     ResponseSpeak,
     ServerEvent,
     SessionClosed,
+    SessionClosing,
     SessionCreated,
     SessionReplaced,
     SessionResumed,
@@ -689,6 +690,7 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
     },
     HeartbeatAck: lambda e, beta, sid: {"session_id": e.session_id},
     SessionClosed: lambda e, beta, sid: {"session_id": e.session_id, "reason": e.reason},
+    SessionClosing: lambda e, beta, sid: {"reason": e.reason, "grace_s": e.grace_s},
     ErrorEvent: lambda e, beta, sid: {
         "error": {
             "type": error_type_for(e.code),

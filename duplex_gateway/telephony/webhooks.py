@@ -13,12 +13,14 @@ Point a number's voice URL at one of these and the call's audio streams to
 
 Who called whom goes along with the stream (Twilio ``<Parameter>``, Plivo ``extraHeaders``,
 Vonage ``headers``), and so do the query parameters added to the webhook URL whose names
-start with a small letter, such as ``?profile=sales`` (a ``telephony.profiles`` key). A request
-whose signature does not check out gets 403 and nothing else happens. The stream URLs come
-from ``telephony.public_url`` (``https://`` → ``wss://``), else from the request's Host and scheme.
+start with a small letter, such as ``?profile=sales`` (a ``telephony.profiles`` key). The stream
+URLs come from ``telephony.public_url`` (``https://`` → ``wss://``), else from the request's Host
+and scheme.
 
-:func:`stream_upgrade_allowed` checks the signature Twilio puts on the media stream's
-WebSocket upgrade, before the socket is accepted.
+The signatures are checked by the gateway's auth layer (:mod:`duplex_gateway.auth`), before a
+handler runs: :func:`signature_checks` hands it one check per signed endpoint, the Twilio media
+stream's upgrade (:func:`stream_upgrade_allowed`) among them. A request whose signature does not
+check out gets 403 and nothing else happens.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from duplex_gateway.auth.gate import SignatureCheck
 from duplex_gateway.config import ConfigError, GatewaySettings, TelephonySettings
 from duplex_gateway.telephony.signatures import (
     telnyx_public_key,
@@ -49,6 +52,7 @@ __all__ = [
     "MAX_WEBHOOK_BODY_BYTES",
     "WebhookRequest",
     "public_base_urls",
+    "signature_checks",
     "stream_upgrade_allowed",
     "stream_url",
     "webhook_routes",
@@ -165,9 +169,12 @@ async def _read(request: Request) -> WebhookRequest:
         if size > MAX_WEBHOOK_BODY_BYTES:
             raise _TooLarge
         chunks.append(chunk)
-    body = b"".join(chunks)
-    query = parse_qsl(request.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return _parse(request, b"".join(chunks))
+
+
+def _parse(conn: HTTPConnection, body: bytes) -> WebhookRequest:
+    query = parse_qsl(conn.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+    content_type = conn.headers.get("content-type", "").split(";")[0].strip().lower()
     fields: list[tuple[str, str]] = []
     is_json = content_type == "application/json" or content_type.endswith("+json")
     if is_json:
@@ -275,9 +282,9 @@ def _who(request: WebhookRequest, caller: Iterable[str], callee: Iterable[str]) 
     return out
 
 
-def _forbidden(carrier: str, what: str) -> Response:
+def _refused(carrier: str, what: str) -> bool:
     logger.warning("refused a %s webhook: %s", carrier, what)
-    return PlainTextResponse("invalid signature", status_code=403)
+    return False
 
 
 # -- the routes --------------------------------------------------------------------------------
@@ -307,42 +314,57 @@ class _Webhooks:
             except ValueError as exc:
                 raise ConfigError(f"telephony.telnyx.public_key: {exc}") from None
 
+    # -- signatures (run by the auth layer before the handlers) ----------------------------------
+
+    def twilio_signed(self, conn: HTTPConnection, body: bytes) -> bool:
+        token = self.settings.twilio.auth_token or ""
+        webhook = _parse(conn, body)
+        signature = conn.headers.get("x-twilio-signature")
+        params = None if webhook.json_body else webhook.fields
+        urls = _request_urls(conn, self.settings)
+        if any(validate_twilio(token, url, params, signature, body=body) for url in urls):
+            return True
+        return _refused("Twilio", "X-Twilio-Signature does not match")
+
+    def telnyx_signed(self, conn: HTTPConnection, body: bytes) -> bool:
+        assert self.telnyx_key is not None
+        if validate_telnyx(
+            self.telnyx_key,
+            body,
+            conn.headers.get("telnyx-signature-ed25519"),
+            conn.headers.get("telnyx-timestamp"),
+            tolerance_s=self.settings.telnyx.signature_tolerance_s,
+        ):
+            return True
+        return _refused("Telnyx", "telnyx-signature-ed25519 does not verify, or the timestamp is stale")
+
+    def plivo_signed(self, conn: HTTPConnection, body: bytes) -> bool:
+        token = self.settings.plivo.auth_token or ""
+        method = conn.scope.get("method", "GET")
+        nonce = conn.headers.get("x-plivo-signature-v3-nonce")
+        signatures = conn.headers.get("x-plivo-signature-v3")
+        params = _parse(conn, body).fields if method == "POST" else None
+        if any(
+            validate_plivo_v3(token, url, nonce, signatures, params, method)
+            for url in _request_urls(conn, self.settings)
+        ):
+            return True
+        return _refused("Plivo", "X-Plivo-Signature-V3 does not match")
+
+    def twilio_stream_signed(self, conn: HTTPConnection, body: bytes) -> bool:
+        return stream_upgrade_allowed(conn, "twilio", self.settings)
+
+    # -- the answers -------------------------------------------------------------------------------
+
     async def twilio_voice(self, request: Request, webhook: WebhookRequest) -> Response:
-        token = self.settings.twilio.auth_token
-        if token:
-            signature = request.headers.get("x-twilio-signature")
-            params = None if webhook.json_body else webhook.fields
-            if not any(
-                validate_twilio(token, url, params, signature, body=webhook.body)
-                for url in _request_urls(request, self.settings)
-            ):
-                return _forbidden("Twilio", "X-Twilio-Signature does not match")
         parameters = {**_who(webhook, ("From", "from"), ("To", "to")), **webhook.passed()}
         answer = twiml(stream_url(request, self.settings, "twilio"), parameters)
         return Response(answer, media_type="text/xml")
 
     async def telnyx_texml(self, request: Request, webhook: WebhookRequest) -> Response:
-        if self.telnyx_key is not None and not validate_telnyx(
-            self.telnyx_key,
-            webhook.body,
-            request.headers.get("telnyx-signature-ed25519"),
-            request.headers.get("telnyx-timestamp"),
-            tolerance_s=self.settings.telnyx.signature_tolerance_s,
-        ):
-            return _forbidden("Telnyx", "telnyx-signature-ed25519 does not verify, or the timestamp is stale")
         return Response(texml(stream_url(request, self.settings, "telnyx")), media_type="text/xml")
 
     async def plivo_answer(self, request: Request, webhook: WebhookRequest) -> Response:
-        token = self.settings.plivo.auth_token
-        if token:
-            nonce = request.headers.get("x-plivo-signature-v3-nonce")
-            signatures = request.headers.get("x-plivo-signature-v3")
-            params = webhook.fields if request.method == "POST" else None
-            if not any(
-                validate_plivo_v3(token, url, nonce, signatures, params, request.method)
-                for url in _request_urls(request, self.settings)
-            ):
-                return _forbidden("Plivo", "X-Plivo-Signature-V3 does not match")
         headers = {**_who(webhook, ("From", "from"), ("To", "to")), **webhook.passed()}
         answer = plivo_xml(stream_url(request, self.settings, "plivo"), headers)
         return Response(answer, media_type="text/xml")
@@ -365,6 +387,37 @@ def webhook_routes(settings: GatewaySettings | TelephonySettings) -> list[Route]
         Route("/telephony/plivo/answer", _guarded(hooks.plivo_answer), methods=["GET", "POST"]),
         Route("/telephony/vonage/answer", _guarded(hooks.vonage_answer), methods=["GET", "POST"]),
     ]
+
+
+def signature_checks(settings: GatewaySettings | TelephonySettings) -> list[SignatureCheck]:
+    """The carriers' signature checks the auth layer runs, for the carriers whose keys are configured.
+
+    ``ConfigError`` if a configured key is unusable.
+    """
+    telephony = settings.telephony if isinstance(settings, GatewaySettings) else settings
+    hooks = _Webhooks(telephony)
+    checks: list[SignatureCheck] = []
+    body = MAX_WEBHOOK_BODY_BYTES
+    post, get_post, upgrade = frozenset({"POST"}), frozenset({"GET", "POST"}), frozenset({"WEBSOCKET"})
+    if telephony.twilio.auth_token:
+        checks.append(SignatureCheck(
+            carrier="twilio", path="/telephony/twilio/voice", methods=post, verify=hooks.twilio_signed,
+            max_body_bytes=body,
+        ))
+        checks.append(SignatureCheck(
+            carrier="twilio", path="/telephony/twilio", methods=upgrade, verify=hooks.twilio_stream_signed,
+        ))
+    if hooks.telnyx_key is not None:
+        checks.append(SignatureCheck(
+            carrier="telnyx", path="/telephony/telnyx/texml", methods=post, verify=hooks.telnyx_signed,
+            max_body_bytes=body,
+        ))
+    if telephony.plivo.auth_token:
+        checks.append(SignatureCheck(
+            carrier="plivo", path="/telephony/plivo/answer", methods=get_post, verify=hooks.plivo_signed,
+            max_body_bytes=body,
+        ))
+    return checks
 
 
 # -- the media stream's upgrade ----------------------------------------------------------------

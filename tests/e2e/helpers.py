@@ -179,6 +179,9 @@ class GatewayFactory:
             config = {**config, "engine": {"name": "echo", **config.get("engine", {})}}
             # A dropped client frees its slot at once unless a test is about resuming.
             config["limits"] = {"resume_grace_s": 0, **config.get("limits", {})}
+            # A session still replying when the test stops its gateway holds the stop for this drain
+            # grace at most (well inside STOP_TIMEOUT_S), unless a test is about draining.
+            config["server"] = {"drain_grace_s": 2, **config.get("server", {})}
             cfg = base.with_suffix(".yaml")
             cfg.write_text(yaml.safe_dump(config), encoding="utf-8")
             cmd += ["--config", str(cfg)]

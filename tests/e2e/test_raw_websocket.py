@@ -993,11 +993,13 @@ async def test_api_key_auth(gateway_factory: GatewayFactory) -> None:
     gw = gateway_factory.start({**_config(), "auth": {"api_keys": [API_KEY, "second-key"]}}, name="auth")
 
     async def refused(path: str = "/v1/realtime", **connect: Any) -> None:
-        async with ws_connect(gw, path, **connect) as ws:
-            event = json.loads(await asyncio.wait_for(ws.recv(), 5))
-            assert event["type"] == "error", event
-            assert event["error"]["code"] == "unauthorized"
-            assert await wait_closed(ws) == 1008
+        # Refused before the upgrade: HTTP 401 with the JSON error, no session, no engine work.
+        with pytest.raises(InvalidStatus) as info:
+            async with ws_connect(gw, path, **connect):
+                pass
+        response = info.value.response
+        assert response.status_code == 401, (path, connect)
+        assert json.loads(response.body)["error"]["code"] == "unauthorized"
 
     await refused()
     await refused("/v1/duplex")
