@@ -48,6 +48,7 @@ import logging
 from collections.abc import Sequence
 
 from duplex_gateway import events as ev
+from duplex_gateway.admission import SessionRegistry
 from duplex_gateway.audio.format import AudioFormat
 from duplex_gateway.audio_stage import InputStage, OutputStage
 from duplex_gateway.commands import Command, SessionClose, SessionResume
@@ -90,33 +91,6 @@ logger = logging.getLogger(__name__)
 INPUT_SLICE_MS = 100
 #: Caller audio (engine-rate PCM) the engine link may hold before the reader waits for it.
 ENGINE_BACKLOG_MS = 2_000
-
-
-class SessionRegistry:
-    """Counts live sessions against ``max_sessions`` (admission control), and admits none once draining."""
-
-    def __init__(self, max_sessions: int) -> None:
-        self.max_sessions = max_sessions
-        self._live: dict[str, Connection | None] = {}
-        #: Set when the gateway starts draining for shutdown: every new session is refused.
-        self.draining = False
-
-    def try_admit(self, session_id: str, host: Connection | None = None) -> bool:
-        if self.draining or len(self._live) >= self.max_sessions:
-            return False
-        self._live[session_id] = host
-        return True
-
-    def release(self, session_id: str) -> None:
-        self._live.pop(session_id, None)
-
-    @property
-    def count(self) -> int:
-        return len(self._live)
-
-    def hosts(self) -> list[Connection]:
-        """The admitted sessions' hosts (attached, detached and resumed alike)."""
-        return [host for host in self._live.values() if host is not None]
 
 
 class _Outcome(enum.Enum):
