@@ -89,3 +89,7 @@ def configure_logging(level: str, fmt: LogFormat, stream: TextIO | None = None) 
         uvicorn_logger = logging.getLogger(name)
         uvicorn_logger.handlers.clear()
         uvicorn_logger.propagate = True
+        # A dictConfig (uvicorn's default, or another app's) disables the loggers it did not
+        # name and may have set a level of its own: the root's level decides from here on.
+        uvicorn_logger.disabled = False
+        uvicorn_logger.setLevel(logging.NOTSET)

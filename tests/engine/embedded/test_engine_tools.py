@@ -58,7 +58,7 @@ def test_capabilities_claim_tools_and_only_the_options_honoured(engine: Embedded
     caps = engine.capabilities
     assert caps.tools and caps.out_of_band
     # One Piper voice: a reply cannot switch it, so "voice" is not claimed.
-    assert caps.response_options == frozenset({"max_output_tokens", "input"})
+    assert caps.response_options == frozenset({"max_output_tokens", "input", "tools"})
 
 
 async def test_a_matching_request_calls_the_tool_and_its_output_is_read_back(engine: EmbeddedEngine) -> None:
