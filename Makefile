@@ -17,7 +17,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 CONFIG ?= configs/default.yaml
 
-.PHONY: run test bench clean omni-venv test-omni clean-omni
+.PHONY: run test bench clean omni-venv test-omni clean-omni fuzz soak reliability
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,27 @@ BENCH_ARGS ?=
 bench: $(VENV)/.installed-bench $(OMNI_VENV)/.installed-gateway
 	HF_HUB_OFFLINE=1 $(BIN)/duplex-gateway bench --report docs/benchmarks.md --json docs/benchmarks.json \
 		--plots docs --analysis docs/benchmarks-analysis.md $(BENCH_ARGS)
+
+# The long reliability runs (docs/reliability.md); `make test` runs short versions of them.
+# Coverage-guided fuzzing of every parser, FUZZ_MINUTES per target (atheris, the `fuzz` extra).
+FUZZ_MINUTES ?= 3
+$(VENV)/.installed-fuzz: pyproject.toml $(VENV)/.installed-test
+	$(BIN)/python -m pip install -q -e '.[fuzz]'
+	touch $@
+
+fuzz: $(VENV)/.installed-fuzz
+	$(BIN)/python scripts/fuzz.py all --minutes $(FUZZ_MINUTES)
+
+# Connect/disconnect cycles and resumes against a real gateway: nothing may leak.
+SOAK_CYCLES ?= 10000
+SOAK_RESUMES ?= 1000
+soak: $(VENV)/.installed-test
+	HF_HUB_OFFLINE=1 $(BIN)/python scripts/soak.py --cycles $(SOAK_CYCLES) --resumes $(SOAK_RESUMES)
+
+# The fault scenarios with the long ones (a hung engine), and the property tests at 100 times their examples.
+reliability: $(VENV)/.installed-test
+	HF_HUB_OFFLINE=1 RELIABILITY_LONG=1 $(BIN)/python -m pytest tests/reliability
+	HF_HUB_OFFLINE=1 HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest tests/properties
 
 clean:
 	rm -rf $(VENV)

@@ -83,6 +83,8 @@ class _Gateway:
         #: with ``metrics.auth_refused(reason)``.
         self.metrics = GatewayMetrics(engine.capabilities.name)
         self.metrics.watch_engine_sessions(lambda: engine.active_sessions)
+        # Soak runs read it: a session that leaves a task behind shows as growth here.
+        self.metrics.watch_tasks(_live_tasks)
         #: Which sessions are recorded, and where (``recording:``, ``auth.keys[].record``).
         self.recordings = Recordings.from_settings(settings)
 
@@ -334,6 +336,14 @@ def _endpoint(websocket: WebSocket, beta: bool) -> dict[str, object]:
         if not any(secret in name.lower() for secret in ("key", "token", "secret"))
     }
     return {"path": websocket.url.path, "query": query, "beta": beta}
+
+
+def _live_tasks() -> int:
+    """Tasks alive in the running loop (0 outside one: a scrape always runs inside it)."""
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:
+        return 0
 
 
 def _with_session(defaults: SessionConfig, session: Mapping[str, object]) -> SessionConfig:

@@ -118,6 +118,7 @@ def _serve(args: argparse.Namespace) -> int:
     from duplex_gateway.app import create_app
     from duplex_gateway.config import ConfigError, load_settings
     from duplex_gateway.engine.registry import UnknownEngine, build_engine
+    from duplex_gateway.http_timeouts import head_timeout_protocol
     from duplex_gateway.logs import configure_logging
 
     try:
@@ -179,7 +180,8 @@ def _serve(args: argparse.Namespace) -> int:
         host=server.host,
         port=server.port,
         loop="uvloop",
-        http="httptools",
+        # uvicorn's httptools protocol, with a deadline on each request head (uvicorn sets none).
+        http=head_timeout_protocol(server.request_head_timeout_s),
         ws="websockets-sansio",
         ws_max_size=settings.limits.hard_max_message_bytes,
         ws_ping_interval=server.ws_ping_interval_s,

@@ -58,6 +58,9 @@ class ServerSettings(_Section):
     #: WebSocket ping interval and how long to wait for the pong (transport keepalive).
     ws_ping_interval_s: float = Field(20.0, gt=0)
     ws_ping_timeout_s: float = Field(20.0, gt=0)
+    #: A connection must send a whole request head (a WebSocket handshake's included) within this
+    #: long, or it is closed: a client that sends half a handshake holds no socket for longer.
+    request_head_timeout_s: float = Field(10.0, gt=0)
     #: Serve the browser demo at ``/``.
     web_demo: bool = True
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"

@@ -167,6 +167,8 @@ class Connection:
         # The task reading the socket, and whether it was told to stop (a stalled client).
         self._reader: asyncio.Task[object] | None = None
         self._stop_reading = False
+        #: The close (4002) of a client that stopped reading, waiting for its socket to take it.
+        self._stalled_close: asyncio.Task[None] | None = None
         #: Read-only Realtime clients watching this session (made on the first one).
         self._observers: Observers | None = None
         # Metrics and the summary line: the dialect's name for labels (a call's carrier refines it).
@@ -337,6 +339,25 @@ class Connection:
             return
         await self._end_attachment()
         await self._release()
+        await self._await_stalled_close()
+
+    async def _await_stalled_close(self) -> None:
+        """Give a stalled client's 4002 ``send_timeout_s`` to go out, then let the socket go.
+
+        The close waits behind what the client has not read: returning before it is written
+        would have the server drop the connection without it (the client saw 1006). A client
+        that never reads again is not waited for longer, and no task is left behind.
+        """
+        task, self._stalled_close = self._stalled_close, None
+        if task is None:
+            return
+        try:
+            async with asyncio.timeout(self._limits.send_timeout_s):
+                await asyncio.shield(task)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def _resumable(self) -> bool:
         return (
@@ -576,7 +597,9 @@ class Connection:
         attachment = self._attachment
         if attachment is not None:
             socket = attachment.socket
-            asyncio.get_running_loop().create_task(self._close_stalled(socket), name=f"stalled:{self.session_id}")
+            self._stalled_close = asyncio.get_running_loop().create_task(
+                self._close_stalled(socket), name=f"stalled:{self.session_id}"
+            )
         reader = self._reader
         if reader is not None and reader is not asyncio.current_task() and not self._stop_reading:
             # It may be waiting for a message from a client that only sends; it waits no more.

@@ -16,7 +16,10 @@ import sys
 from contextvars import ContextVar
 from typing import Any, Literal, TextIO
 
-__all__ = ["JsonFormatter", "LogFormat", "TextFormatter", "bind_session", "configure_logging", "current_session"]
+__all__ = [
+    "ClientFaultFilter", "JsonFormatter", "LogFormat", "TextFormatter", "bind_session", "configure_logging",
+    "current_session",
+]
 
 LogFormat = Literal["text", "json"]
 
@@ -71,6 +74,22 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+#: What uvicorn logs with a traceback although the client caused it (its WebSocket layer then
+#: closes 1007): one warning line, so a client cannot fill the log with tracebacks.
+_CLIENT_FAULTS = frozenset({"Invalid UTF-8 sequence received from client."})
+
+
+class ClientFaultFilter(logging.Filter):
+    """A client's bad input, as uvicorn logs it, becomes a warning without a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in _CLIENT_FAULTS:
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def configure_logging(level: str, fmt: LogFormat, stream: TextIO | None = None) -> None:
     """Send every record (the gateway's, uvicorn's, the engines') through one handler in ``fmt``.
 
@@ -93,3 +112,6 @@ def configure_logging(level: str, fmt: LogFormat, stream: TextIO | None = None) 
         # name and may have set a level of its own: the root's level decides from here on.
         uvicorn_logger.disabled = False
         uvicorn_logger.setLevel(logging.NOTSET)
+    error_logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, ClientFaultFilter) for f in error_logger.filters):
+        error_logger.addFilter(ClientFaultFilter())

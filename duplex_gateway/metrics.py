@@ -196,6 +196,10 @@ class GatewayMetrics:
         self._engine_sessions = Gauge(
             f"{PREFIX}_engine_sessions", "Sessions the engine holds open now.", registry=r,
         )
+        self._tasks = Gauge(
+            f"{PREFIX}_tasks", "asyncio tasks alive in the gateway's event loop now (a leak shows as growth).",
+            registry=r,
+        )
 
     # -- the exposition -----------------------------------------------------------------
 
@@ -206,6 +210,10 @@ class GatewayMetrics:
     def watch_engine_sessions(self, count: Callable[[], int]) -> None:
         """Read the engine's open session count at each scrape."""
         self._engine_sessions.set_function(lambda: float(count()))
+
+    def watch_tasks(self, count: Callable[[], int]) -> None:
+        """Read the event loop's live task count at each scrape."""
+        self._tasks.set_function(lambda: float(count()))
 
     # -- sessions ----------------------------------------------------------------------------
 

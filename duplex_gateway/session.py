@@ -94,7 +94,7 @@ __all__ = [
 
 #: Items remembered for truncate/retrieve/ack; older ones are forgotten.
 MAX_ITEMS = 256
-#: Ids of cancelled responses remembered so a late engine start is fenced.
+#: Ids of finished (and cancelled) responses remembered so a late engine start is fenced.
 MAX_FENCED_IDS = 64
 #: Out-of-band replies one session may have in progress at once.
 MAX_SIDE_RESPONSES = 4
@@ -1241,6 +1241,10 @@ class Session:
         if response is self._response:
             self._response = None
         self._side.pop(response.id, None)
+        if response.id not in self._fenced:
+            # A finished reply stays finished: an engine that announces it again (a late or
+            # replayed start) must not open a second reply under the same id.
+            self._fenced.append(response.id)
         outputs: list[Output] = []
         items: dict[str, ev.ConversationItem] = {}
         if response.item_id is not None:

@@ -89,3 +89,27 @@ def test_configure_logging_routes_uvicorn_through_the_same_handler(fmt: str) -> 
 def test_uvicorns_coloured_copy_of_the_message_is_left_out() -> None:
     data = json.loads(JsonFormatter().format(record(color_message="\x1b[36mhello\x1b[0m")))
     assert "color_message" not in data and data["message"] == "hello world"
+
+
+def test_a_clients_invalid_utf8_is_one_warning_line_not_a_traceback() -> None:
+    # Found by tests/reliability: uvicorn logs a client's invalid UTF-8 (it closes 1007) with a
+    # traceback, so any client could fill the log with them.
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    stream = io.StringIO()
+    try:
+        configure_logging("info", "text", stream)
+        try:
+            b"\xff".decode()
+        except UnicodeDecodeError:
+            logging.getLogger("uvicorn.error").exception("Invalid UTF-8 sequence received from client.")
+        try:
+            raise RuntimeError("a bug")
+        except RuntimeError:
+            logging.getLogger("uvicorn.error").exception("Exception in ASGI application\n")
+        out = stream.getvalue()
+        assert "WARNING uvicorn.error: Invalid UTF-8 sequence received from client." in out
+        assert out.count("Traceback") == 1 and "RuntimeError: a bug" in out  # a real fault keeps its traceback
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])

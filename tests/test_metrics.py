@@ -69,6 +69,9 @@ def test_gauges_read_at_scrape_time() -> None:
     assert value(m, "duplex_gateway_engine_sessions") == 0
     m.draining(True)
     assert value(m, "duplex_gateway_draining") == 1
+    tasks = [12]
+    m.watch_tasks(lambda: tasks[0])
+    assert value(m, "duplex_gateway_tasks") == 12
 
 
 def test_each_gateway_has_its_own_registry_and_none_touches_the_global_one() -> None:
@@ -89,7 +92,7 @@ def test_the_exposition_parses_and_names_every_family() -> None:
         "duplex_gateway_output_chunk_gap_seconds", "duplex_gateway_input_backpressure_seconds",
         "duplex_gateway_send_queue_depth", "duplex_gateway_client_bytes", "duplex_gateway_engine_call_seconds",
         "duplex_gateway_engine_call_errors", "duplex_gateway_auth_refusals", "duplex_gateway_resumes",
-        "duplex_gateway_draining", "duplex_gateway_engine_sessions",
+        "duplex_gateway_draining", "duplex_gateway_engine_sessions", "duplex_gateway_tasks",
     }
     assert expected <= names
 

@@ -320,6 +320,20 @@ def test_response_lifecycle_event_order() -> None:
     assert done.status == "completed" and done.audio_ms == 40 and done.output[0].transcript == "hi"  # type: ignore[union-attr]
 
 
+def test_a_finished_reply_announced_again_by_the_engine_stays_finished() -> None:
+    # Found by tests/properties: an engine that started a reply it had already finished
+    # (a late or replayed start) opened a second reply under the same id, done twice.
+    s = make()
+    rid = s.receive(cmd.ResponseCreate(), now=0)[0].response_id  # type: ignore[union-attr]
+    start_response(s, rid)
+    audio(s, 40, rid)
+    s.engine_event(port.EngineResponseDone(response_id=rid))
+    assert start_response(s, rid) == []
+    assert audio(s, 40, rid) == []
+    assert s.engine_event(port.EngineResponseDone(response_id=rid)) == []
+    assert not s.response_active
+
+
 def test_text_modality_response() -> None:
     s = make(SessionConfig(turn_detection=None, output_modalities=(session_module.Modality.TEXT,)))
     rid = s.receive(cmd.ResponseCreate(), now=0)[0].response_id  # type: ignore[union-attr]

@@ -130,6 +130,10 @@ class TokenSigner:
             given = _unb64(signature)
         except (binascii.Error, ValueError):
             raise TokenError("not a client secret") from None
+        if _b64(given) != signature:
+            # Only the form the gateway wrote: base64 decoding also takes "/" for "_", "+" for "-"
+            # and ignores a last character's spare bits, so an altered string could pass.
+            raise TokenError("not a client secret")
         if not hmac.compare_digest(self._sign(signed), given):
             raise TokenError("the client secret's signature does not match (another gateway's, or altered)")
         try:

@@ -325,6 +325,20 @@ def test_an_l16_payload_of_half_a_sample_is_refused() -> None:
         carrier.parse(wire.media(b"\x00\x01\x02", 0))
 
 
+def test_a_frame_held_from_before_the_start_in_half_samples_is_dropped_not_a_crash() -> None:
+    # Found by fuzzing: a frame that came before the start was held for reordering unchecked,
+    # and once the start said L16, its odd length failed the byte swap (a ValueError, the call lost).
+    wire = TelnyxWire(encoding="L16", rate=8_000)
+    carrier = TelnyxCarrier()
+    connected, start = wire.greeting()
+    carrier.parse(connected)
+    ahead = json.loads(wire.media(b"\x00\x01\x02", 0))
+    ahead["media"]["chunk"] = "2"  # ahead of a chunk 1 that never comes: held
+    assert carrier.parse(json.dumps(ahead)) == []
+    assert isinstance(carrier.parse(start)[0], call.CallStart)
+    assert carrier.parse(wire.stop()) == [call.CallEnded("stop")]
+
+
 # -- media out of order ------------------------------------------------------------------------------
 
 

@@ -137,7 +137,14 @@ class TelnyxCarrier:
         codec = self._codec
         if codec is None:
             return []  # before the start the stream has no format (and the call no session to hear it)
-        return [call.CallAudio(codec.decode(payload)) for payload in payloads if payload]
+        # A frame held from before the start was never checked against the format (found by
+        # fuzzing: an odd-length L16 payload failed the byte swap and ended the call): not whole
+        # samples, it cannot be heard, and is dropped.
+        return [
+            call.CallAudio(codec.decode(payload))
+            for payload in payloads
+            if payload and not len(payload) % codec.sample_bytes
+        ]
 
     def _start(self, message: dict[str, Any]) -> call.CallStart:
         start = message.get("start")

@@ -1,0 +1,79 @@
+"""What a reliability check reads of a running gateway: its process (RSS, open files) and its accounting.
+
+The process is read from ``/proc`` (Linux), the gateway's own accounting from ``/readyz``
+(sessions, engine sessions) and ``/metrics`` (``duplex_gateway_tasks``: asyncio tasks alive).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["Snapshot", "fds", "metric", "readyz", "rss_kib", "snapshot"]
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory of process ``pid`` in KiB."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def fds(pid: int) -> int:
+    """File descriptors process ``pid`` holds open."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _get(base_url: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(base_url + path, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def readyz(base_url: str) -> dict[str, Any]:
+    status, body = _get(base_url, "/readyz")
+    data = json.loads(body)
+    data["http_status"] = status
+    return data  # type: ignore[no-any-return]
+
+
+def metric(base_url: str, name: str, headers: dict[str, str] | None = None) -> float | None:
+    """The value of an unlabelled sample ``name`` in ``/metrics`` (None: absent)."""
+    status, body = _get(base_url, "/metrics", headers)
+    assert status == 200, (status, body[:200])
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The gateway at one moment: what a leak would make grow."""
+
+    rss_kib: int
+    fds: int
+    tasks: int
+    sessions: int
+    engine_sessions: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def snapshot(pid: int, base_url: str, headers: dict[str, str] | None = None) -> Snapshot:
+    ready = readyz(base_url)
+    tasks = metric(base_url, "duplex_gateway_tasks", headers)
+    return Snapshot(
+        rss_kib=rss_kib(pid), fds=fds(pid), tasks=int(tasks if tasks is not None else -1),
+        sessions=int(ready["sessions"]), engine_sessions=int(ready["engine_sessions"]),
+    )

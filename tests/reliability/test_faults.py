@@ -1,0 +1,329 @@
+"""Faults a client can cause, against a REAL gateway process on loopback (the echo engine).
+
+* A client that vanishes mid-reply (TCP reset, no close frame): its engine session and
+  admission slot are released within a second, and no task is left behind.
+* A client that stops reading while a long reply streams: the gateway's memory stays
+  bounded by the send queue, the session is released after ``limits.send_timeout_s``,
+  the client gets close 4002 when it reads on, and another session's time to first
+  audio meanwhile stays close to what it was before (the ratio is recorded).
+* Hostile input: a frame announced above the hard limit (1009 before its payload is
+  read), a compression bomb (refused as it inflates past the limit), compression on a
+  connection that negotiated none (1002), a half-sent handshake (closed after
+  ``server.request_head_timeout_s``, no session held), invalid UTF-8 (1007), a binary
+  frame and garbage JSON on the Realtime endpoint (coded errors, the session lives).
+
+Each figure is kept under ``out/reliability/`` (see docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import statistics
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+
+from tests.e2e.helpers import Gateway, GatewayFactory, b64, recv_until, send_json, wait_closed, ws_connect
+from tests.reliability.clients import frame, record, reset, small_receive_buffer
+from tests.reliability.probes import fds, metric, readyz, rss_kib
+
+pytestmark = pytest.mark.e2e
+
+RATE = 24_000
+#: Frames the slow reader's send queue may hold before the gateway counts it as stalled.
+SEND_QUEUE = 1024
+SEND_TIMEOUT_S = 3.0
+HARD_MAX = 1 << 20
+HEAD_TIMEOUT_S = 2.0
+
+
+def pcm(seconds: float) -> bytes:
+    return bytes(int(RATE * seconds) * 2)
+
+
+@pytest.fixture(scope="module")
+def paced(module_gateway_factory: GatewayFactory) -> Gateway:
+    """Replies paced like speech (100 ms chunks), so a reply is still streaming when a client acts."""
+    return module_gateway_factory.start(
+        {
+            "server": {"web_demo": False, "request_head_timeout_s": HEAD_TIMEOUT_S},
+            "engine": {"echo": {"chunk_ms": 100, "pace": 1.0}},
+            "limits": {"hard_max_message_bytes": HARD_MAX, "max_message_bytes": HARD_MAX // 2},
+        },
+        name="paced",
+    )
+
+
+@pytest.fixture(scope="module")
+def flood(module_gateway_factory: GatewayFactory) -> Gateway:
+    """Replies as fast as the engine makes them (20 ms chunks): a long reply floods a slow reader."""
+    return module_gateway_factory.start(
+        {
+            "server": {"web_demo": False},
+            "engine": {"echo": {"chunk_ms": 20, "pace": 0, "max_turn_s": 130}},
+            "limits": {"send_queue_size": SEND_QUEUE, "send_timeout_s": SEND_TIMEOUT_S},
+        },
+        name="flood",
+    )
+
+
+@pytest.fixture(scope="module")
+def deflate(module_gateway_factory: GatewayFactory) -> Gateway:
+    """WebSocket compression offered (it is off by default), with a 1 MiB hard frame limit."""
+    return module_gateway_factory.start(
+        {
+            "server": {"web_demo": False, "ws_per_message_deflate": True},
+            "limits": {"hard_max_message_bytes": HARD_MAX, "max_message_bytes": HARD_MAX // 2},
+        },
+        name="deflate",
+    )
+
+
+async def manual_session(gw: Gateway, **connect: Any) -> Any:
+    """A Realtime session whose turns the client commits itself."""
+    ws = await ws_connect(gw, compression=None, **connect)
+    await recv_until(ws, "session.created")
+    await send_json(ws, {"type": "session.update", "session": {"type": "realtime", "turn_detection": None}})
+    await recv_until(ws, "session.updated")
+    return ws
+
+
+async def ask_reply(ws: Any, audio: bytes, *, chunk_s: float = 1.0) -> None:
+    step = int(RATE * chunk_s) * 2
+    for offset in range(0, len(audio), step):
+        await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": b64(audio[offset : offset + step])}))
+    await send_json(ws, {"type": "input_audio_buffer.commit"})
+    await send_json(ws, {"type": "response.create"})
+
+
+async def first_audio_s(ws: Any) -> float:
+    """One turn: the time from asking for the reply to its first audio; then read the reply out."""
+    await ask_reply(ws, pcm(0.5))
+    asked = time.perf_counter()
+    await recv_until(ws, "response.output_audio.delta", timeout=20)
+    took = time.perf_counter() - asked
+    await recv_until(ws, "response.done", timeout=20)
+    return took
+
+
+async def wait_for(check: Any, timeout: float, interval: float = 0.02) -> float:
+    """Poll ``check()`` (in a thread) until it is true; the seconds it took."""
+    started = time.monotonic()
+    while not await asyncio.to_thread(check):
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"not true within {timeout} s")
+        await asyncio.sleep(interval)
+    return time.monotonic() - started
+
+
+def tasks(gw: Gateway) -> int:
+    value = metric(gw.base_url, "duplex_gateway_tasks")
+    assert value is not None
+    return int(value)
+
+
+# -- a client that vanishes ------------------------------------------------------------------------
+
+
+async def test_a_client_that_vanishes_mid_reply_frees_its_engine_session_within_1s(paced: Gateway) -> None:
+    await paced.wait_sessions(0)
+    idle_tasks, idle_fds = tasks(paced), fds(paced.proc.pid)
+    releases = []
+    for _ in range(3):
+        ws = await manual_session(paced)
+        await ask_reply(ws, pcm(3.0))
+        await recv_until(ws, "response.output_audio.delta")
+        assert readyz(paced.base_url)["engine_sessions"] == 1
+        reset(ws)  # mid-reply, no close frame
+        releases.append(await wait_for(
+            lambda: (r := readyz(paced.base_url))["engine_sessions"] == 0 and r["sessions"] == 0, timeout=5,
+        ))
+    settled = await wait_for(lambda: tasks(paced) <= idle_tasks and fds(paced.proc.pid) <= idle_fds, timeout=5)
+    record(
+        "vanish", release_s=[round(r, 3) for r in releases], tasks_idle=idle_tasks, fds_idle=idle_fds,
+        settled_s=round(settled, 3),
+    )
+    assert max(releases) < 1.0, releases
+
+
+# -- a client that stops reading ---------------------------------------------------------------------
+
+
+async def test_a_client_that_stops_reading_is_bounded_released_and_closed_4002(flood: Gateway) -> None:
+    pid = flood.proc.pid
+    await flood.wait_sessions(0)
+    idle_tasks = tasks(flood)
+    normal = await manual_session(flood)
+    try:
+        await first_audio_s(normal)  # warm
+        before = [await first_audio_s(normal) for _ in range(7)]
+        rss_before = rss_kib(pid)
+        sock = small_receive_buffer(flood.port)
+        slow = await ws_connect(flood, sock=sock, compression=None)
+        await recv_until(slow, "session.created")
+        await send_json(slow, {"type": "session.update", "session": {"type": "realtime", "turn_detection": None}})
+        await recv_until(slow, "session.updated")
+        reply_s = 120.0
+        await ask_reply(slow, pcm(reply_s))
+        slow.transport.pause_reading()  # reads nothing more: TCP's window closes
+        stopped = time.monotonic()
+        peak = [rss_before]
+        sampling = True
+
+        async def sample() -> None:
+            while sampling:
+                peak.append(await asyncio.to_thread(rss_kib, pid))
+                await asyncio.sleep(0.05)
+
+        sampler = asyncio.create_task(sample())
+        during = [await first_audio_s(normal) for _ in range(7)]
+        await wait_for(lambda: readyz(flood.base_url)["sessions"] == 1, timeout=30)
+        released = time.monotonic() - stopped
+        sampling = False
+        await sampler
+        # The slow client reads on: what was in flight, then the close.
+        slow.transport.resume_reading()
+        received = 0
+        try:
+            while True:
+                await asyncio.wait_for(slow.recv(), 10)
+                received += 1
+        except ConnectionClosed:
+            pass
+        close_code = slow.close_code
+    finally:
+        await normal.close()
+    await wait_for(lambda: tasks(flood) <= idle_tasks, timeout=SEND_TIMEOUT_S + 5)
+    frame_bytes = len(json.dumps({"type": "response.output_audio.delta", "delta": b64(pcm(0.02))})) + 200
+    queue_bound_mib = 4 * SEND_QUEUE * frame_bytes / 2**20
+    growth_mib = (max(peak) - rss_before) / 1024
+    ratio = statistics.median(during) / statistics.median(before)
+    record(
+        "slow_reader", reply_s=reply_s, reply_mib=round(reply_s / 0.02 * frame_bytes / 2**20, 1),
+        rss_growth_mib=round(growth_mib, 1), send_queue_bound_mib=round(queue_bound_mib, 1),
+        released_after_s=round(released, 2), send_timeout_s=SEND_TIMEOUT_S, close_code=close_code,
+        frames_read_after=received, first_audio_ms_before=[round(x * 1000, 1) for x in before],
+        first_audio_ms_during=[round(x * 1000, 1) for x in during], first_audio_ratio=round(ratio, 2),
+    )
+    assert close_code == 4002
+    # send_timeout_s after the backlog passed the high-water mark, or at once past four times it
+    # (which of the two depends on how much of the reply the kernel's TCP buffers took).
+    assert released <= SEND_TIMEOUT_S + 5, released
+    # The queue's frames as Python strings, plus the resampler and the session's own state.
+    assert growth_mib < 2 * queue_bound_mib + 8, (growth_mib, queue_bound_mib)
+    assert ratio < 3.0, (before, during)
+
+
+# -- hostile input --------------------------------------------------------------------------------------
+
+
+async def test_a_frame_announced_above_the_hard_limit_is_refused_1009_before_its_payload(paced: Gateway) -> None:
+    async with ws_connect(paced, compression=None) as ws:
+        await recv_until(ws, "session.created")
+        sent = time.monotonic()
+        ws.transport.write(frame(0x1, b'{"type":', length=HARD_MAX + 1))  # the header and 8 bytes of it
+        assert await wait_closed(ws) == 1009
+        record("oversized_frame", announced_bytes=HARD_MAX + 1, sent_bytes=8, closed_after_s=round(time.monotonic() - sent, 3))
+
+
+async def test_a_compression_bomb_is_refused_as_it_inflates(deflate: Gateway) -> None:
+    inflated = 64 << 20
+    rss_before = rss_kib(deflate.proc.pid)
+    async with ws_connect(deflate, compression="deflate", max_size=None) as ws:
+        await recv_until(ws, "session.created")
+        assert ws.protocol.extensions, "the gateway took no permessage-deflate"
+        started = time.monotonic()
+        with pytest.raises(ConnectionClosed):
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": "A" * inflated}))
+            await recv_until(ws, "nothing.ever", timeout=10)
+        assert ws.close_code == 1009
+    growth_mib = (rss_kib(deflate.proc.pid) - rss_before) / 1024
+    record(
+        "compression_bomb", inflated_mib=inflated >> 20, limit_mib=HARD_MAX >> 20, close_code=1009,
+        rss_growth_mib=round(growth_mib, 1), closed_after_s=round(time.monotonic() - started, 3),
+    )
+    assert growth_mib < 16, growth_mib
+
+
+async def test_compression_that_was_not_negotiated_is_a_protocol_error(paced: Gateway) -> None:
+    async with ws_connect(paced, compression=None) as ws:
+        await recv_until(ws, "session.created")
+        ws.transport.write(frame(0x1, b"\x4b\x04\x00", rsv1=True))
+        assert await wait_closed(ws) == 1002
+
+
+async def test_invalid_utf8_in_a_text_frame_closes_1007(paced: Gateway) -> None:
+    async with ws_connect(paced, compression=None) as ws:
+        await recv_until(ws, "session.created")
+        ws.transport.write(frame(0x1, b'{"type": "\xff\xfe"}'))
+        assert await wait_closed(ws) == 1007
+
+
+async def test_binary_frames_and_garbage_json_are_coded_errors_and_the_session_lives(paced: Gateway) -> None:
+    async with ws_connect(paced, compression=None) as ws:
+        await recv_until(ws, "session.created")
+        codes = []
+        for message in (b"\x00\x01\x02", "{oops", "[1, 2]", '{"type": 7}', '{"type": "no.such"}', "\u0000", ""):
+            await ws.send(message)
+            error, _ = await recv_until(ws, "error")
+            codes.append(error["error"]["code"])
+        await send_json(ws, {"type": "session.heartbeat"})
+        await recv_until(ws, "session.heartbeat_ack")
+    assert codes == [
+        "binary_not_supported", "invalid_json", "invalid_event", "invalid_event", "unknown_event",
+        "invalid_json", "invalid_json",
+    ], codes
+
+
+async def test_a_half_sent_handshake_is_closed_and_holds_no_session(paced: Gateway) -> None:
+    await paced.wait_sessions(0)
+    idle_fds = fds(paced.proc.pid)
+    socks = []
+    for _ in range(20):
+        sock = socket.create_connection(("127.0.0.1", paced.port))
+        sock.sendall(b"GET /v1/realtime HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n")  # and stalls
+        socks.append(sock)
+    socks.append(socket.create_connection(("127.0.0.1", paced.port)))  # connects, says nothing
+    try:
+        await asyncio.sleep(0.3)
+        held = fds(paced.proc.pid) - idle_fds
+        ready = readyz(paced.base_url)
+        assert ready["sessions"] == 0 and ready["engine_sessions"] == 0, ready
+        closed_after = await wait_for(lambda: all(_closed_by_peer(s) for s in socks), timeout=HEAD_TIMEOUT_S + 5)
+        await wait_for(lambda: fds(paced.proc.pid) <= idle_fds, timeout=5)
+    finally:
+        for sock in socks:
+            sock.close()
+    record(
+        "half_handshake", connections=len(socks), fds_held_while_stalled=held, head_timeout_s=HEAD_TIMEOUT_S,
+        all_closed_after_s=round(closed_after + 0.3, 2),
+    )
+    assert held >= len(socks) - 1  # they were open, and now they are not
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+@pytest.fixture(autouse=True)
+def _no_sessions_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Whatever a test did to its gateway, the gateway is left with no session (checked after it)."""
+    yield
+    for name in ("paced", "flood", "deflate"):
+        if name in request.fixturenames:
+            gw: Gateway = request.getfixturevalue(name)
+            deadline = time.monotonic() + 10
+            while (ready := readyz(gw.base_url))["sessions"] or ready["engine_sessions"]:
+                assert time.monotonic() < deadline, ready
+                time.sleep(0.05)
