@@ -510,7 +510,9 @@ def session_payload(
             audio["input"]["noise_reduction"] = dict(config.noise_reduction)
     if config.kind is SessionKind.REALTIME:
         payload["tools"] = [tool_object(tool) for tool in config.tools]
-        payload["tool_choice"] = tool_choice_object(config.tool_choice)
+        choice = tool_choice_object(config.tool_choice)
+        # The beta session's tool_choice is a string: a forced function reads as "required" there.
+        payload["tool_choice"] = "required" if beta and not isinstance(choice, str) else choice
     if config.include:
         payload["include"] = list(config.include)
     if capabilities:

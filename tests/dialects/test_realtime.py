@@ -2017,3 +2017,13 @@ def test_session_tools_round_trip_in_both_shapes() -> None:
     with pytest.raises(ProtocolError) as twice:
         patch_of({"tools": [tools[0], tools[0]]})
     assert twice.value.param == "session.tools[1].name"
+
+
+def test_a_forced_function_is_an_object_for_ga_and_required_for_beta() -> None:
+    config = SessionConfig(
+        tools=(FunctionTool(name="f"),), tool_choice=ToolChoice(mode=ToolChoiceMode.REQUIRED, function="f")
+    )
+    for beta, expected in ((False, {"type": "function", "name": "f"}), (True, "required")):
+        wire = render(SessionUpdated(session_id="s", config=config), beta=beta)
+        assert wire is not None and wire["session"]["tool_choice"] == expected  # type: ignore[index]
+        validate_server_event(wire, beta=beta)
