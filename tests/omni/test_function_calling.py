@@ -201,12 +201,13 @@ async def test_a_tool_is_called_and_its_output_answered(target: Target) -> None:
         assert (received["call_id"], received["output"]) == (call_id, FORECAST)
 
         # -- a reply's own tool choice cannot reach vLLM-Omni (its response.create refuses
-        #    one): the reply fails at once, saying so, and the session goes on.
+        #    one): the gateway refuses it up front, naming the field, and the session goes on.
         mark = len(client.log.events)
-        events, response = await client.reply(tool_choice="none")
-        assert response["status"] == "failed"
+        await client.send({"type": "response.create", "response": {"tool_choice": "none"}})
         _, error = await client.log.wait_for("error", 5, start=mark)
-        assert "session" in error["error"]["message"]
+        assert (error["error"]["code"], error["error"]["param"]) == ("unsupported_by_engine", "response.tool_choice")
+        assert "session.update" in error["error"]["message"]
+        assert not [e for e in client.log.events[mark:] if e["type"] == "response.created"]
         assert not [e for e in client.log.events if e["type"] == "error" and e is not error]
     finally:
         await client.log.aclose()
