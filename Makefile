@@ -75,9 +75,9 @@ SOAK_RESUMES ?= 1000
 soak: $(VENV)/.installed-test
 	HF_HUB_OFFLINE=1 $(BIN)/python scripts/soak.py --cycles $(SOAK_CYCLES) --resumes $(SOAK_RESUMES)
 
-# The fault scenarios with the long ones (a hung engine), and the property tests at 100 times their examples.
+# The fault scenarios, and the property tests at 100 times their examples.
 reliability: $(VENV)/.installed-test
-	HF_HUB_OFFLINE=1 RELIABILITY_LONG=1 $(BIN)/python -m pytest tests/reliability
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests/reliability
 	HF_HUB_OFFLINE=1 HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest tests/properties
 
 clean:

@@ -315,6 +315,14 @@ class RemoteSettings(_Section):
     #: Re-attach (``session.resume``) a session whose backend socket dropped, within ``resume_timeout_s``.
     resume: bool = True
     resume_timeout_s: float = Field(5.0, gt=0)
+    #: Keepalive of each backend socket: a ping every ``ping_interval_s``, the socket counted
+    #: lost without a pong within ``ping_timeout_s`` (null: no keepalive).
+    ping_interval_s: float | None = Field(20.0, gt=0)
+    ping_timeout_s: float | None = Field(20.0, gt=0)
+    #: A backend whose health probe fails has its sessions pinged at once, whatever the
+    #: keepalive says: a session whose socket gives no pong within this long is ended
+    #: (``engine_error``, close 4003). A backend that only stalls for less keeps its calls.
+    unresponsive_after_s: float = Field(5.0, gt=0)
 
 
 # -- end of engine "remote" --------------------------------------------------------------

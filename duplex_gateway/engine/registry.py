@@ -162,6 +162,9 @@ def _remote(settings: GatewaySettings) -> Engine:
             handshake_timeout_s=remote.handshake_timeout_s,
             resume=remote.resume,
             resume_timeout_s=remote.resume_timeout_s,
+            ping_interval_s=remote.ping_interval_s,
+            ping_timeout_s=remote.ping_timeout_s,
+            unresponsive_after_s=remote.unresponsive_after_s,
             admin_api_keys=settings.auth.api_keys,
         )
     except ValueError as exc:

@@ -14,6 +14,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
@@ -623,6 +624,20 @@ def test_config_cli_and_registry() -> None:
         None, **{"engine.name": "remote", "engine.remote.backends": [{"url": "ws://a:1", "health_path": ""}]}
     )
     assert build_engine(tcp_only).backends[0].spec.health_path is None  # type: ignore[attr-defined]
+    keepalive = build_engine(
+        load_settings(
+            None,
+            **{
+                "engine.name": "remote",
+                "engine.remote.backends": [{"url": "ws://a:1"}],
+                "engine.remote.ping_interval_s": 5,
+                "engine.remote.ping_timeout_s": 7,
+            },
+        )
+    )
+    assert isinstance(keepalive, RemoteEngine)
+    assert (keepalive.options.ping_interval_s, keepalive.options.ping_timeout_s) == (5, 7)
+    assert keepalive.unresponsive_after_s == 5.0
 
 
 def test_the_example_config_loads() -> None:
@@ -855,6 +870,75 @@ async def test_a_backend_killed_mid_reply_fails_its_sessions_fast_and_spares_the
             await session.close("done")
         await ea.stop()
         await eb.stop()
+
+
+async def test_a_backend_that_hangs_fails_its_sessions_within_health_rounds_not_the_keepalive(
+    factory: GatewayFactory,
+) -> None:
+    """SIGSTOP: the process holds its sockets but answers nothing (no close, no refusal).
+
+    The sockets' own keepalive stays at its 20 s default; the health check's verdict and a
+    ping of each session's socket end the hung backend's sessions, not the other's.
+    """
+    hung, survivor = (factory.start(BACKEND_CONFIG, name=f"hang{i}") for i in range(2))
+    async with remote_engine(
+        [hung, survivor], caps=(2, 2), health_timeout_s=1.0, unresponsive_after_s=1.0
+    ) as engine:
+        assert engine.options.ping_interval_s == 20.0
+        a = await engine.open_session("a", SessionConfig())
+        b = await engine.open_session("b", SessionConfig())
+        assert [a.backend.url, b.backend.url] == [hung.ws_url, survivor.ws_url]  # type: ignore[attr-defined]
+        ea, eb = Events(a), Events(b)
+        for session in (a, b):
+            await say(session, speech(4.0))
+        await ea.wait(lambda e: isinstance(e, port.EngineAudio))
+        await eb.wait(lambda e: isinstance(e, port.EngineAudio))
+        hung.proc.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        try:
+            fatal = await ea.wait(is_(port.EngineError, fatal=True), timeout=10)
+            took = next(t for t, e in ea.seen if e is fatal) - stopped_at
+            assert fatal.code == "backend_lost" and "ping" in fatal.message, fatal  # type: ignore[attr-defined]
+            assert isinstance(ea.events[-1], port.EngineClosed)
+            # Probe interval + a timed-out probe + a ping unanswered for 1 s, with room for a slow machine.
+            assert took < 6.0, f"the fatal error took {took:.2f} s"
+            assert not engine.backends[0].healthy and engine.backends[0].sessions == 0
+            assert engine.ready  # the survivor takes sessions
+            await a.close("done")  # after the failure: quick, it waits for no hung peer
+            assert time.monotonic() - stopped_at < 8.0
+        finally:
+            hung.proc.send_signal(signal.SIGCONT)
+        # The survivor's reply streamed on to its end.
+        done_b = await eb.wait(lambda e: isinstance(e, port.EngineResponseDone), timeout=10)
+        assert done_b.status == "completed"  # type: ignore[attr-defined]
+        assert not [e for e in eb.events if isinstance(e, port.EngineError)]
+        assert abs(len(eb.audio()) / 2 / OUT_RATE - 4.0) < 0.05
+        # Back after SIGCONT: healthy again, and it takes a session.
+        await health_rounds(engine, 2)
+        assert engine.backends[0].healthy
+        await b.close("done")
+        await ea.stop()
+        await eb.stop()
+
+
+async def test_sessions_that_answer_pings_outlive_a_failing_health_path(backends: list[Gateway]) -> None:
+    """A health path failing is not proof the backend is gone: a session whose socket answers stays."""
+    async with remote_engine(backends, caps=(2, 2)) as engine:
+        session = await engine.open_session("s1", SessionConfig())
+        backend = engine.backends[session.backend.index]  # type: ignore[attr-defined]
+        backend.spec = replace(backend.spec, health_path="/no-such-health-path")
+        try:
+            await health_rounds(engine, 3)
+            assert not backend.healthy and "404" in (backend.last_error or "")
+            events = Events(session)
+            await say(session, speech(0.3))
+            done = await events.wait(lambda e: isinstance(e, port.EngineResponseDone), timeout=10)
+            assert done.status == "completed"  # type: ignore[attr-defined]
+            assert not [e for e in events.events if isinstance(e, port.EngineError)]
+            await events.stop()
+        finally:
+            backend.spec = replace(backend.spec, health_path="/readyz")
+        await session.close("done")
 
 
 async def test_drain_keeps_sessions_and_places_new_ones_elsewhere(backends: list[Gateway]) -> None:

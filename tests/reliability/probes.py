@@ -13,7 +13,7 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Snapshot", "fds", "metric", "readyz", "rss_kib", "snapshot"]
+__all__ = ["Snapshot", "cpu_s", "fds", "metric", "peak_rss_kib", "readyz", "reset_peak_rss", "rss_kib", "snapshot"]
 
 
 def rss_kib(pid: int) -> int:
@@ -23,6 +23,31 @@ def rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def reset_peak_rss(pid: int) -> None:
+    """Start ``pid``'s peak resident memory (``VmHWM``) over from its current size (Linux 4.0+)."""
+    with open(f"/proc/{pid}/clear_refs", "w", encoding="ascii") as clear_refs:
+        clear_refs.write("5")
+
+
+def peak_rss_kib(pid: int) -> int:
+    """The most resident memory process ``pid`` had since it started or since :func:`reset_peak_rss`.
+
+    Read by the kernel, so nothing polls the process (or competes for the CPU with what is measured).
+    """
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmHWM for process {pid}")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU time (user + system) process ``pid`` has used, in seconds."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def fds(pid: int) -> int:

@@ -50,6 +50,10 @@ class RemoteEngine(port.Engine):
     session open. ``resume``: re-attach a session whose socket dropped (within
     ``resume_timeout_s``) instead of failing it. A session quiet for
     ``heartbeat_interval_s`` sends ``session.heartbeat`` (checked every health round).
+    Sessions on a backend whose health probe fails are pinged on their own socket; one
+    without a pong within ``unresponsive_after_s`` fails (``backend_lost``).
+    ``ping_interval_s`` / ``ping_timeout_s``: the keepalive of every backend socket
+    (``None``: none), for a hang the health check cannot see.
     ``admin_api_keys``: keys the admin routes require (empty: none).
     """
 
@@ -72,6 +76,7 @@ class RemoteEngine(port.Engine):
         ping_interval_s: float | None = 20.0,
         ping_timeout_s: float | None = 20.0,
         heartbeat_interval_s: float = 30.0,
+        unresponsive_after_s: float = 5.0,
         admin_api_keys: Sequence[str] = (),
     ) -> None:
         self.pool = BackendPool(backends, unhealthy_after=unhealthy_after, healthy_after=healthy_after)
@@ -88,6 +93,7 @@ class RemoteEngine(port.Engine):
         )
         self.health_interval_s = health_interval_s
         self.health_timeout_s = health_timeout_s
+        self.unresponsive_after_s = unresponsive_after_s
         self.admin_api_keys = tuple(admin_api_keys)
         self._caps = port.EngineCapabilities(
             name=self.name,
@@ -218,8 +224,12 @@ class RemoteEngine(port.Engine):
             await asyncio.sleep(self.health_interval_s)
             try:
                 await self.check_health()
-                # Quiet sessions tell their backend they are still there.
                 sessions = list(self._sessions.values())
+                # Sessions on a backend whose probe failed must show their socket is alive.
+                for session in sessions:
+                    if session.backend.failing:
+                        session.watch_liveness(self.unresponsive_after_s)
+                # Quiet sessions tell their backend they are still there.
                 await asyncio.gather(
                     *(asyncio.wait_for(s.keep_alive(), self.health_timeout_s) for s in sessions),
                     return_exceptions=True,

@@ -87,6 +87,11 @@ class Backend:
     def load(self) -> float:
         return self.sessions / self.cap
 
+    @property
+    def failing(self) -> bool:
+        """Its last probe (or session open) failed: down already, or maybe on the way."""
+        return self._failures > 0
+
     def record_success(self) -> None:
         self._failures = 0
         self._successes += 1

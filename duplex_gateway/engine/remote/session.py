@@ -213,6 +213,8 @@ class RemoteSession(port.EngineSession):
         self._received = asyncio.Event()
         self._updates = PendingUpdates()
         self._last_sent = asyncio.get_running_loop().time()
+        #: The liveness check running now (see :meth:`watch_liveness`).
+        self._liveness: asyncio.Task[bool] | None = None
         self._reader = asyncio.create_task(self._read_loop(), name=f"remote-reader:{session_id}")
 
     @property
@@ -327,11 +329,62 @@ class RemoteSession(port.EngineSession):
         self._reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._reader
+        if self._liveness is not None:
+            self._liveness.cancel()
         await _abort(self._ws)
         self._end(port.EngineClosed(reason=reason))
 
     def events(self) -> AsyncIterator[port.EngineEvent]:
         return self._events.stream()
+
+    def watch_liveness(self, timeout_s: float) -> None:
+        """Check in the background that the backend still answers on this session's socket.
+
+        Asked of the sessions of a backend whose health check failed. A backend that still
+        answers a ping here keeps its session (its health path may be what failed, or it was
+        only slow); one that does not answer within ``timeout_s`` is hung, and waiting for
+        the transport's keepalive would keep the caller on a dead line for
+        ``ping_interval_s + ping_timeout_s``. Such a session fails with ``backend_lost``; no
+        resume is tried, since the backend it would resume on is the one not answering.
+        """
+        if self._liveness is not None or self._ended or self._closing:
+            return
+        self._liveness = asyncio.create_task(
+            self._check_alive(timeout_s), name=f"remote-liveness:{self.session_id}"
+        )
+        self._liveness.add_done_callback(self._liveness_done)
+
+    def _liveness_done(self, task: asyncio.Task[bool]) -> None:
+        if self._liveness is task:
+            self._liveness = None
+
+    async def _check_alive(self, timeout_s: float) -> bool:
+        """Ping the backend socket; False (and the session failed) when no pong came in time."""
+        if self._held is not None:
+            return True  # resuming, under its own deadline
+        ws = self._ws
+        try:
+            async with asyncio.timeout(timeout_s):
+                pong = await ws.ping()
+                await pong
+            return True
+        except (TimeoutError, ConnectionClosed):
+            pass
+        except Exception:  # a bug here must not end a call that may be fine
+            logger.exception("remote session %s: liveness check failed", self.session_id)
+            return True
+        if self._ws is not ws or self._ended or self._closing:
+            return True  # resumed or ended meanwhile
+        why = (
+            f"{self.backend.url} did not answer a ping within {timeout_s:g} s"
+            f" (health check: {self.backend.last_error})"
+        )
+        logger.warning("remote session %s: %s", self.session_id, why)
+        self._fail("backend_lost", why)
+        self._reader.cancel()
+        # A hung peer cannot take part in a closing handshake: drop the connection.
+        ws.transport.abort()
+        return False
 
     async def keep_alive(self) -> None:
         """Send ``session.heartbeat`` if nothing went to the backend for ``heartbeat_interval_s``."""
