@@ -591,21 +591,10 @@ class Session:
             return self._on_function_item(command)
         if command.role not in ("user", "assistant", "system"):
             raise ProtocolError(ErrorCode.INVALID_VALUE, f"unknown role {command.role!r}", param="item.role")
-        item_id = command.item_id or self._new_id("item")
-        if item_id in self._items:
-            raise ProtocolError(ErrorCode.INVALID_VALUE, f"item {item_id} already exists", param="item.id")
-        after = command.previous_item_id
-        if after is not None and after != "root" and after not in self._items:
-            raise ProtocolError(
-                ErrorCode.ITEM_NOT_FOUND, f"no item {after} to insert after", param="previous_item_id"
-            )
+        item_id, after = self._created_item_place(command)
         content_type = "input_text" if command.role != "assistant" else "output_text"
         item = ev.ConversationItem(id=item_id, role=command.role, content_type=content_type, text=command.text)
-        record = _Item(item=item)
-        if after is None:
-            previous = self._remember(record)
-        else:
-            previous = self._insert(record, None if after == "root" else after)
+        previous = self._enter(_Item(item=item), after)
         return [
             AddItem(item_id=item_id, role=command.role, text=command.text, previous_item_id=after),
             ev.ConversationItemAdded(item=item, previous_item_id=previous),
@@ -614,21 +603,13 @@ class Session:
 
     def _on_function_item(self, command: cmd.ConversationItemCreate) -> list[Output]:
         """A function call (history) or a function's output enters the conversation."""
-        item_id = command.item_id or self._new_id("item")
-        if item_id in self._items:
-            raise ProtocolError(ErrorCode.INVALID_VALUE, f"item {item_id} already exists", param="item.id")
-        after = command.previous_item_id
-        if after is not None and after != "root" and after not in self._items:
-            raise ProtocolError(
-                ErrorCode.ITEM_NOT_FOUND, f"no item {after} to insert after", param="previous_item_id"
-            )
+        item_id, after = self._created_item_place(command)
         call_id = command.call_id or self._new_id("call")
         item = ev.ConversationItem(
             id=item_id, role=command.role, content_type="", kind=command.kind, call_id=call_id,
             name=command.name, arguments=command.arguments, output=command.output,
         )
-        record = _Item(item=item)
-        previous = self._remember(record) if after is None else self._insert(record, None if after == "root" else after)
+        previous = self._enter(_Item(item=item), after)
         call: EngineCall
         if command.kind == "function_call":
             call = AddFunctionCall(
@@ -642,6 +623,27 @@ class Session:
             ev.ConversationItemAdded(item=item, previous_item_id=previous),
             ev.ConversationItemDone(item=item, previous_item_id=previous),
         ]
+
+    def _created_item_place(self, command: cmd.ConversationItemCreate) -> tuple[str, str | None]:
+        """The id a created item takes and the item it goes after; refused when either is wrong."""
+        item_id = command.item_id or self._new_id("item")
+        if item_id in self._items:
+            raise ProtocolError(ErrorCode.INVALID_VALUE, f"item {item_id} already exists", param="item.id")
+        after = command.previous_item_id
+        if after is not None and after != "root" and after not in self._items:
+            raise ProtocolError(
+                ErrorCode.ITEM_NOT_FOUND, f"no item {after} to insert after", param="previous_item_id"
+            )
+        return item_id, after
+
+    def _enter(self, record: _Item, after: str | None) -> str | None:
+        """Put a created item in the conversation: last (None), first ("root") or after ``after``.
+
+        Returns the id of the item it now follows.
+        """
+        if after is None:
+            return self._remember(record)
+        return self._insert(record, None if after == "root" else after)
 
     def _on_truncate(self, command: cmd.ConversationItemTruncate, now: float) -> list[Output]:
         record = self._assistant_item(command.item_id)
