@@ -137,10 +137,13 @@ def snapshot(server: Server) -> dict[str, int]:
     pid = server.proc.pid
     with open(f"/proc/{pid}/status", encoding="ascii") as status:
         rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    # Counted before the requests below: the socket of a request just answered may still be
+    # open on the server's side for a moment, and would count as a leak.
+    open_files = len(os.listdir(f"/proc/{pid}/fd"))
     ready = readyz(server)
     return {
         "rss_kib": rss,
-        "fds": len(os.listdir(f"/proc/{pid}/fd")),
+        "fds": open_files,
         "tasks": tasks(server),
         "sessions": int(ready["sessions"]),
         "engine_sessions": int(ready["engine_sessions"]),

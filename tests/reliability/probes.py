@@ -10,10 +10,9 @@ import json
 import os
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Snapshot", "cpu_s", "fds", "metric", "peak_rss_kib", "readyz", "reset_peak_rss", "rss_kib", "snapshot"]
+__all__ = ["cpu_s", "fds", "metric", "peak_rss_kib", "readyz", "reset_peak_rss", "rss_kib"]
 
 
 def rss_kib(pid: int) -> int:
@@ -79,26 +78,3 @@ def metric(base_url: str, name: str, headers: dict[str, str] | None = None) -> f
         if line.startswith(name + " "):
             return float(line.split()[1])
     return None
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The gateway at one moment: what a leak would make grow."""
-
-    rss_kib: int
-    fds: int
-    tasks: int
-    sessions: int
-    engine_sessions: int
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
-
-
-def snapshot(pid: int, base_url: str, headers: dict[str, str] | None = None) -> Snapshot:
-    ready = readyz(base_url)
-    tasks = metric(base_url, "duplex_gateway_tasks", headers)
-    return Snapshot(
-        rss_kib=rss_kib(pid), fds=fds(pid), tasks=int(tasks if tasks is not None else -1),
-        sessions=int(ready["sessions"]), engine_sessions=int(ready["engine_sessions"]),
-    )
