@@ -162,6 +162,25 @@ async def quiet(server: Server, timeout_s: float) -> dict[str, int]:
         await asyncio.sleep(0.2)
 
 
+#: How long a socket may stay open after its session ended: the server waits this long for a
+#: client to answer its close frame (uvicorn's close timeout) before it drops the connection.
+CLOSE_HANDSHAKE_S = 10.0
+
+
+async def open_files_settled(server: Server, target: int) -> int:
+    """The server's open files once no more than ``target``, or after the close handshakes' time.
+
+    A session can end while its socket still waits for the client's answer to the close; a
+    leaked descriptor stays open for good.
+    """
+    deadline = time.monotonic() + CLOSE_HANDSHAKE_S + 2
+    while True:
+        count = len(os.listdir(f"/proc/{server.proc.pid}/fd"))
+        if count <= target or time.monotonic() > deadline:
+            return count
+        await asyncio.sleep(0.2)
+
+
 # -- the clients --------------------------------------------------------------------------------
 
 
@@ -309,6 +328,7 @@ async def soak(args: argparse.Namespace, server: Server) -> dict[str, Any]:
     await run(server, cycles - cycles // 2, resumes - resumes // 2, args.concurrency, tally, args.seed + 2, kinds)
     ran_s = time.monotonic() - measured - grace - 0.5
     final = await quiet(server, grace + 10)
+    final["fds"] = await open_files_settled(server, baseline["fds"])
     growth = (final["rss_kib"] - baseline["rss_kib"]) / baseline["rss_kib"]
     log = server.stderr.read_text(errors="replace")
     checks = {
