@@ -120,6 +120,7 @@ def _serve(args: argparse.Namespace) -> int:
     from duplex_gateway.engine.registry import UnknownEngine, build_engine
     from duplex_gateway.http_timeouts import head_timeout_protocol
     from duplex_gateway.logs import configure_logging
+    from duplex_gateway.ws_protocol import stuck_client_protocol
 
     try:
         settings = load_settings(
@@ -182,7 +183,8 @@ def _serve(args: argparse.Namespace) -> int:
         loop="uvloop",
         # uvicorn's httptools protocol, with a deadline on each request head (uvicorn sets none).
         http=head_timeout_protocol(server.request_head_timeout_s),
-        ws="websockets-sansio",
+        # uvicorn's sans-I/O WebSocket protocol; a client that reads nothing more is dropped.
+        ws=stuck_client_protocol(settings.limits.send_timeout_s),
         ws_max_size=settings.limits.hard_max_message_bytes,
         ws_ping_interval=server.ws_ping_interval_s,
         ws_ping_timeout=server.ws_ping_timeout_s,

@@ -109,7 +109,9 @@ class LimitSettings(_Section):
     input_burst_ms: float = Field(3000.0, ge=0)
     #: Events buffered for a client before it counts as a slow reader.
     send_queue_size: int = Field(1024, ge=16)
-    #: How long a full send queue may stay full before the session closes (4002).
+    #: How long a full send queue may stay full before the session closes (4002). A client
+    #: that then still takes nothing for as long more is disconnected (a TCP reset), so one
+    #: that never reads again cannot keep its connection open.
     send_timeout_s: float = Field(10.0, gt=0)
     #: Engine calls that take longer than this fail with ``engine_error``.
     engine_timeout_s: float = Field(10.0, gt=0)

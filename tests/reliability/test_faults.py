@@ -130,6 +130,19 @@ async def wait_for(check: Any, timeout: float, interval: float = 0.02) -> float:
     return time.monotonic() - started
 
 
+async def settled_fds(pid: int) -> int:
+    """The open files of ``pid`` once two looks 0.2 s apart agree (an HTTP request just answered,
+    such as a /readyz poll, may hold its socket a moment longer)."""
+    count = fds(pid)
+    for _ in range(50):
+        await asyncio.sleep(0.2)
+        again = fds(pid)
+        if again == count:
+            return count
+        count = again
+    return count
+
+
 def tasks(gw: Gateway) -> int:
     value = metric(gw.base_url, "duplex_gateway_tasks")
     assert value is not None
@@ -278,6 +291,38 @@ async def test_a_client_that_stops_reading_is_bounded_released_and_closed_4002(f
     assert stalled_ratio < 3.0, (before, stalled)
     # A stalled client costs no work: its writer waits on the socket, nothing polls.
     assert stalled_cpu_share < 0.2, stalled_cpu_share
+
+
+async def test_a_client_that_never_reads_again_loses_its_connection(flood: Gateway) -> None:
+    """After the 4002 had ``send_timeout_s`` to go out and did not, the connection is reset.
+
+    Otherwise the socket would stay as long as the client's kernel answers TCP's window probes.
+    """
+    pid = flood.proc.pid
+    await flood.wait_sessions(0)
+    idle_fds = await settled_fds(pid)
+    slow = await ws_connect(flood, sock=small_receive_buffer(flood.port), compression=None)
+    await recv_until(slow, "session.created")
+    await send_json(slow, {"type": "session.update", "session": {"type": "realtime", "turn_detection": None}})
+    await recv_until(slow, "session.updated")
+    await ask_reply(slow, pcm(120.0))
+    slow.transport.pause_reading()  # and never reads again
+    stopped = time.monotonic()
+    assert fds(pid) > idle_fds
+    released = await wait_for(lambda: readyz(flood.base_url)["sessions"] == 0, timeout=30)
+    # The stall (send_timeout_s), the close's wait (send_timeout_s), then the drop (send_timeout_s).
+    await wait_for(lambda: fds(pid) <= idle_fds, timeout=3 * SEND_TIMEOUT_S + 10)
+    dropped_after = time.monotonic() - stopped
+    slow.transport.resume_reading()
+    with pytest.raises(ConnectionClosed):
+        while True:
+            await asyncio.wait_for(slow.recv(), 10)
+    record(
+        "never_reads_again", session_released_after_s=round(released, 2),
+        connection_dropped_after_s=round(dropped_after, 2), send_timeout_s=SEND_TIMEOUT_S,
+        close_code_seen=slow.close_code,
+    )
+    assert dropped_after < 3 * SEND_TIMEOUT_S + 5, dropped_after
 
 
 # -- hostile input --------------------------------------------------------------------------------------
