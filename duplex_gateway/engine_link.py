@@ -163,7 +163,7 @@ class EngineLink:
                 item_id=call.item_id, role=call.role, text=call.text, previous_item_id=call.previous_item_id
             )
         if isinstance(call, DeleteItem):
-            return session.delete_item(call.item_id)
+            return session.delete_item(call.item_id, response_id=call.response_id, call_id=call.call_id)
         if isinstance(call, StartResponse):
             return session.create_response(
                 response_id=call.response_id, instructions=call.instructions, options=call.options

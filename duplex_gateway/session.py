@@ -685,7 +685,12 @@ class Session:
                 other.previous_id = record.previous_id
         if self._last_item_id == item_id:
             self._last_item_id = next(reversed(self._items), None)
-        outputs += [DeleteItem(item_id=item_id), ev.ConversationItemDeleted(item_id=item_id)]
+        made_by = record.response_id
+        call_id = record.item.call_id if made_by is not None and record.item.kind == "function_call" else None
+        outputs += [
+            DeleteItem(item_id=item_id, response_id=made_by, call_id=call_id),
+            ev.ConversationItemDeleted(item_id=item_id),
+        ]
         return outputs
 
     def _on_item_retrieve(self, command: cmd.ConversationItemRetrieve, now: float) -> list[Output]:

@@ -162,6 +162,9 @@ class AddFunctionOutput(EngineCall):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteItem(EngineCall):
     item_id: str
+    #: The reply that made the item, and the call's id for a function call it made (None: the client's item).
+    response_id: str | None = None
+    call_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

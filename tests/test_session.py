@@ -23,6 +23,7 @@ from duplex_gateway.session import (
     ClearInput,
     CloseSession,
     CommitInput,
+    DeleteItem,
     Handshake,
     OpenEngine,
     ProcessInput,
@@ -718,6 +719,25 @@ def test_deleting_the_assistant_item_mid_reply_cancels_it_and_the_session_lives(
     rid = s.receive(cmd.ResponseCreate(), now=0)[0].response_id  # type: ignore[union-attr]
     start_response(s, rid)
     assert types(audio(s, 20, rid)) == ["response.output_audio.delta"]
+
+
+def test_deleting_a_replys_items_names_the_reply_and_the_call_to_the_engine() -> None:
+    s = tool_session()
+    rid = only(s.receive(cmd.ResponseCreate(), now=0), ev.ResponseCreated)[0].response_id
+    start_response(s, rid)
+    out = s.engine_event(port.EngineFunctionCall(response_id=rid, call_id="c1", name="get_weather", arguments="{}"))
+    call_item = only(out, ev.FunctionCallArgumentsDone)[0].item_id
+    message_item = only(audio(s, 20, rid), ev.OutputItemAdded)[0].item.id
+    s.engine_event(port.EngineResponseDone(response_id=rid))
+    out = s.receive(cmd.ConversationItemDelete(item_id=call_item), now=1)
+    assert only(out, DeleteItem) == [DeleteItem(item_id=call_item, response_id=rid, call_id="c1")]
+    out = s.receive(cmd.ConversationItemDelete(item_id=message_item), now=1)
+    assert only(out, DeleteItem) == [DeleteItem(item_id=message_item, response_id=rid, call_id=None)]
+    # The client's own items are named by their ids alone.
+    s.receive(cmd.ConversationItemCreate(
+        item_id="out_1", role="tool", text="", kind="function_call_output", call_id="c1", output="{}"), now=2)
+    out = s.receive(cmd.ConversationItemDelete(item_id="out_1"), now=2)
+    assert only(out, DeleteItem) == [DeleteItem(item_id="out_1")]
 
 
 def test_item_create_honours_previous_item_id() -> None:

@@ -402,11 +402,14 @@ class EngineSession(abc.ABC):
         """
         return
 
-    async def delete_item(self, item_id: str) -> None:
+    async def delete_item(self, item_id: str, *, response_id: str | None = None, call_id: str | None = None) -> None:
         """The client removed ``item_id`` from the conversation.
 
         Engines that keep conversation state forget it; the default, for engines
-        that keep none, does nothing.
+        that keep none, does nothing. An item one of this engine's replies made (its
+        message, or a function call) also names that reply, ``response_id``, and for a
+        call its ``call_id``: an engine that never learns the ids the gateway gives its
+        replies' items finds the item by these.
         """
         return
 

@@ -365,7 +365,7 @@ class VllmOmniSession(port.EngineSession):
         await self._handle.submit(self._engine.item_command(item, previous_item_id, event_id))
         self._added_items.add(item_id)
 
-    async def delete_item(self, item_id: str) -> None:
+    async def delete_item(self, item_id: str, *, response_id: str | None = None, call_id: str | None = None) -> None:
         # Only items given to the engine under our id can be named to it.
         if item_id in self._added_items:
             self._added_items.discard(item_id)

@@ -192,9 +192,17 @@ class History:
             self._entries.insert(len(self._entries) if at is None else at + 1, entry)
         self._trim()
 
-    def delete(self, item_id: str) -> bool:
-        """Forget the item; whether it was known."""
+    def delete(self, item_id: str, *, response_id: str | None = None, call_id: str | None = None) -> bool:
+        """Forget the item; whether it was known.
+
+        One of this engine's replies' items (named by the gateway, a name the entries never
+        learn) is found by its reply, ``response_id``, or for a call by its ``call_id``.
+        """
         at = self._index(item_id)
+        if at is None and call_id is not None:
+            at = self._made_call_index(call_id)
+        elif at is None and response_id is not None:
+            at = self._reply_index(response_id)
         if at is None:
             return False
         del self._entries[at]
@@ -229,6 +237,14 @@ class History:
             return None
         for at in range(len(self._entries) - 1, -1, -1):
             if self._entries[at].item_id == item_id:
+                return at
+        return None
+
+    def _made_call_index(self, call_id: str) -> int | None:
+        """The latest call with this id that a reply of this engine made (the client's have item ids)."""
+        for at in range(len(self._entries) - 1, -1, -1):
+            entry = self._entries[at]
+            if isinstance(entry, FunctionCall) and entry.item_id is None and entry.call_id == call_id:
                 return at
         return None
 

@@ -232,10 +232,9 @@ class EmbeddedSession(port.EngineSession):
     ) -> None:
         self._history.add(FunctionOutput(item_id=item_id, call_id=call_id, output=output), previous_item_id)
 
-    async def delete_item(self, item_id: str) -> None:
-        # Only items the gateway named to the engine can be found: the engine never learns the
-        # names the gateway gives its replies' messages and calls.
-        self._history.delete(item_id)
+    async def delete_item(self, item_id: str, *, response_id: str | None = None, call_id: str | None = None) -> None:
+        # The gateway names its replies' messages and calls; the engine knows them by reply and call id.
+        self._history.delete(item_id, response_id=response_id, call_id=call_id)
 
     async def clear_input(self) -> None:
         self._turn.clear()

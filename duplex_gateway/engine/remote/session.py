@@ -276,7 +276,7 @@ class RemoteSession(port.EngineSession):
             item_id=item_id, call_id=call_id, output=output, previous_item_id=previous_item_id
         ))
 
-    async def delete_item(self, item_id: str) -> None:
+    async def delete_item(self, item_id: str, *, response_id: str | None = None, call_id: str | None = None) -> None:
         await self._send(self._wire.delete_item(item_id))
 
     async def clear_input(self) -> None:

@@ -37,6 +37,23 @@ def test_items_go_where_they_are_placed_and_deleted_ones_are_forgotten() -> None
     assert [e.item_id for e in history.snapshot()] == ["0", "a", "c", "d"]
 
 
+def test_a_replys_items_are_deleted_by_their_reply_and_call_ids() -> None:
+    """The gateway names a reply's items; the engine's entries know them by reply and call id."""
+    history = History()
+    history.add(Message(item_id="turn", text="weather in Oslo?"))
+    history.put_reply(REPLY)
+    history.add(FunctionCall(item_id=None, call_id="c1", name="get_weather"))
+    history.add(FunctionCall(item_id="client_call", call_id="c1", name="get_weather"))
+    assert history.delete("item_gateway_named_call", response_id="resp_1", call_id="c1")
+    # The reply's own call went, not the client's call of the same id.
+    assert [(type(e).__name__, e.item_id) for e in history.snapshot()] == [
+        ("Message", "turn"), ("Spoken", None), ("FunctionCall", "client_call")]
+    assert history.delete("item_gateway_named_message", response_id="resp_1")
+    assert history.reply("resp_1") is None
+    assert not history.delete("item_unknown", response_id="resp_2")
+    assert [e.item_id for e in history.snapshot()] == ["turn", "client_call"]
+
+
 def test_history_is_bounded_by_entries_and_by_characters() -> None:
     history = History(max_entries=4, max_chars=100)
     for n in range(10):

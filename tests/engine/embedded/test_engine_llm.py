@@ -114,6 +114,24 @@ async def test_a_tool_call_round_trip_carries_the_conversation(server: ChatServe
     ]
 
 
+async def test_a_reply_the_client_deleted_leaves_the_models_context(server: ChatServer) -> None:
+    """The gateway names the reply's item; the engine finds it by the reply's id."""
+    server.script(Reply(text="The first answer."), Reply(text="The second answer."))
+    async with llm_engine(server.url) as engine, opened(engine, "llm_delete") as session:
+        await session.add_item(item_id="u1", role="user", text="First question?")
+        await session.create_response(response_id="resp_1", instructions=None)
+        await read_until(session.events(), port.EngineResponseDone)
+        await session.add_item(item_id="u2", role="user", text="Second question?")
+        await session.delete_item("item_the_gateway_named", response_id="resp_1")
+        await session.create_response(response_id="resp_2", instructions=None)
+        said = await read_until(session.events(), port.EngineResponseDone)
+    assert reply_text(said) == "The second answer."
+    first, second = (request.body for request in server.chat_requests)
+    chat = [(m["role"], m["content"]) for m in second["messages"] if m["role"] != "system"]
+    assert chat == [("user", "First question?"), ("user", "Second question?")]
+    assert ("user", "First question?") in [(m["role"], m["content"]) for m in first["messages"]]
+
+
 async def test_barge_in_mid_stream_closes_the_models_stream(server: ChatServer) -> None:
     server.script(Reply(text="This is the first sentence. And then", stall_s=30))
     async with llm_engine(server.url, pace=1.0) as engine, opened(engine, "llm_barge") as session:
