@@ -248,7 +248,8 @@ def test_retention_deletes_the_oldest(gateway_factory: GatewayFactory, tmp_path:
     ids = []
     for count in (1, 2, 3):
         ids.append(asyncio.run(session()))
-        assert len(finished(directory, min(count, 2))) == min(count, 2)
+        # The third may be seen finished before its writer swept the oldest (it sweeps right after).
+        assert len(finished(directory, min(count, 2))) in ((count,) if count < 3 else (2, 3))
     deadline = time.monotonic() + 5  # the third writer sweeps once it has finished
     while len(left := sorted(p.name for p in directory.iterdir())) > 2 and time.monotonic() < deadline:
         time.sleep(0.05)
