@@ -368,8 +368,10 @@ class RemoteSession(port.EngineSession):
                 pong = await ws.ping()
                 await pong
             return True
-        except (TimeoutError, ConnectionClosed):
+        except TimeoutError:
             pass
+        except ConnectionClosed:
+            return True  # dropped, not hung: the reader sees it too, and resumes if it can
         except Exception:  # a bug here must not end a call that may be fine
             logger.exception("remote session %s: liveness check failed", self.session_id)
             return True
