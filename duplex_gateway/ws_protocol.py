@@ -10,7 +10,7 @@ So once the app is done with a connection, what is left gets a deadline to go ou
 frame uvicorn's close timeout (10 s) to be answered, as before; a connection the app could not
 even queue its close on (a stalled client, see ``limits.send_timeout_s``) ``grace_s``. A
 connection that still has bytes it could not write then is aborted (a TCP reset), not closed.
-A client that reads, however slowly, is never cut short of what was written before its close.
+A client that takes what it was sent within that time gets all of it, and the close.
 """
 
 from __future__ import annotations
