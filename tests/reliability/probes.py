@@ -15,13 +15,18 @@ from typing import Any
 __all__ = ["cpu_s", "fds", "metric", "peak_rss_kib", "readyz", "reset_peak_rss", "rss_kib"]
 
 
-def rss_kib(pid: int) -> int:
-    """Resident memory of process ``pid`` in KiB."""
+def _status_kib(pid: int, field: str) -> int:
+    """A ``kB`` line of ``/proc/<pid>/status``."""
     with open(f"/proc/{pid}/status", encoding="ascii") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for process {pid}")
+    raise RuntimeError(f"no {field} for process {pid}")
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory of process ``pid`` in KiB."""
+    return _status_kib(pid, "VmRSS")
 
 
 def reset_peak_rss(pid: int) -> None:
@@ -35,11 +40,7 @@ def peak_rss_kib(pid: int) -> int:
 
     Read by the kernel, so nothing polls the process (or competes for the CPU with what is measured).
     """
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no VmHWM for process {pid}")
+    return _status_kib(pid, "VmHWM")
 
 
 def cpu_s(pid: int) -> float:
