@@ -221,11 +221,7 @@ async def test_a_client_that_stops_reading_is_bounded_released_and_closed_4002(f
         before = [await first_audio_s(normal) for _ in range(TURNS)]
         rss_before = rss_kib(pid)
         reset_peak_rss(pid)  # the peak is read after, not sampled during: no poller beside the turns
-        sock = small_receive_buffer(flood.port)
-        slow = await ws_connect(flood, sock=sock, compression=None)
-        await recv_until(slow, "session.created")
-        await send_json(slow, {"type": "session.update", "session": {"type": "realtime", "turn_detection": None}})
-        await recv_until(slow, "session.updated")
+        slow = await manual_session(flood, sock=small_receive_buffer(flood.port))
         await ask_reply(slow, pcm(reply_s))
         slow.transport.pause_reading()  # reads nothing more: TCP's window closes
         stopped = time.monotonic()
@@ -301,10 +297,7 @@ async def test_a_client_that_never_reads_again_loses_its_connection(flood: Gatew
     pid = flood.proc.pid
     await flood.wait_sessions(0)
     idle_fds = await settled_fds(pid)
-    slow = await ws_connect(flood, sock=small_receive_buffer(flood.port), compression=None)
-    await recv_until(slow, "session.created")
-    await send_json(slow, {"type": "session.update", "session": {"type": "realtime", "turn_detection": None}})
-    await recv_until(slow, "session.updated")
+    slow = await manual_session(flood, sock=small_receive_buffer(flood.port))
     await ask_reply(slow, pcm(120.0))
     slow.transport.pause_reading()  # and never reads again
     stopped = time.monotonic()
