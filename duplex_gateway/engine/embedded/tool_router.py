@@ -10,6 +10,7 @@ sentence. Everything is pure: the clock arrives as an argument.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from types import MappingProxyType
 from typing import Final, TypeVar
+from urllib.parse import unquote
 
 from duplex_gateway.engine.embedded.responder import clean_transcript
 from duplex_gateway.session_config import FunctionTool, ToolChoice, ToolChoiceMode
@@ -315,6 +317,97 @@ def _find_times(low: str) -> list[tuple[_Span, time]]:
     return resolved
 
 
+_NO_DEFAULT: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Param:
+    """One function parameter, its schema reduced to what filling it needs."""
+
+    name: str
+    #: Local ``$ref`` resolved, ``allOf`` merged, a lone non-null ``anyOf``/``oneOf`` branch folded in.
+    schema: Mapping[str, object]
+    #: null is a valid value (``anyOf`` with ``{"type": "null"}``, ``"type": [..., "null"]``, ...).
+    nullable: bool
+    #: The schema's ``default``, or :data:`_NO_DEFAULT`.
+    default: object
+
+
+def _parameters(parameters: Mapping[str, object]) -> list[_Param]:
+    """The properties of a function's parameter schema, in order, each flattened.
+
+    Strict schemas (what openai-agents' ``@function_tool`` sends) list every
+    parameter as required and say what may be left out another way: a default
+    on the property, or null among its types; enums of a Python ``Enum`` sit in
+    ``$defs`` behind a ``$ref``. Flattening lets the rules below read them all alike.
+    """
+    props = parameters.get("properties")
+    if not isinstance(props, Mapping):
+        return []
+    found = []
+    for name, prop in props.items():
+        if isinstance(prop, Mapping):
+            schema, nullable = _flatten(prop, parameters, 0)
+            found.append(_Param(str(name), schema, nullable, schema.get("default", _NO_DEFAULT)))
+    return found
+
+
+def _flatten(schema: Mapping[str, object], root: Mapping[str, object], depth: int) -> tuple[dict[str, object], bool]:
+    """``schema`` with its combinators folded in (its own keywords win) and whether it admits null."""
+    out = dict(schema)
+    nullable = out.pop("nullable", None) is True  # OpenAPI's spelling
+    if depth > 8:  # a reference cycle, or a schema no caller would speak
+        return out, nullable
+    ref = out.pop("$ref", None)
+    target = _pointer(root, ref) if isinstance(ref, str) else None
+    if target is not None:
+        base, null = _flatten(target, root, depth + 1)
+        out, nullable = {**base, **out}, nullable or null
+    parts = out.pop("allOf", None)
+    for part in parts if isinstance(parts, list) else []:
+        if isinstance(part, Mapping):
+            out = {**_flatten(part, root, depth + 1)[0], **out}
+    for key in ("anyOf", "oneOf"):
+        branches = out.pop(key, None)
+        if not isinstance(branches, list):
+            continue
+        flat = [_flatten(b, root, depth + 1) for b in branches if isinstance(b, Mapping)]
+        nullable = nullable or any(null or b.get("type") == "null" for b, null in flat)
+        rest = [b for b, _ in flat if b.get("type") != "null"]
+        if len(rest) == 1:
+            out = {**rest[0], **out}
+        elif rest and "type" not in out:  # str | int: any of the types; the kinds below pick the likeliest
+            out["type"] = sorted({t for b in rest for t in _types(b)})
+    types = out.get("type")
+    if isinstance(types, list) and "null" in types:
+        nullable, rest_types = True, [t for t in types if t != "null"]
+        out["type"] = rest_types[0] if len(rest_types) == 1 else rest_types
+    if isinstance(enum := out.get("enum"), list) and None in enum:
+        nullable, out["enum"] = True, [v for v in enum if v is not None]
+    return out, nullable
+
+
+def _types(schema: Mapping[str, object]) -> list[str]:
+    types = schema.get("type")
+    return [types] if isinstance(types, str) else [str(t) for t in types] if isinstance(types, list) else []
+
+
+def _pointer(root: Mapping[str, object], ref: str) -> Mapping[str, object] | None:
+    """The schema a local ``$ref`` ("#/$defs/Unit") points at in ``root``, or None."""
+    if not ref.startswith("#"):
+        return None  # a remote schema: nothing to fetch on this path
+    node: object = root
+    for token in (t for t in ref[1:].split("/") if t):
+        token = unquote(token).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping):
+            node = node.get(token)
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return None
+    return node if isinstance(node, Mapping) else None
+
+
 def _kind(name: str, prop: Mapping[str, object]) -> str:
     """What a property takes: enum, number, bool, date, time, datetime, place, person, text, generic, skip."""
     types = prop.get("type")
@@ -459,8 +552,8 @@ def _proper(value: str, kind: str) -> str:
 def _consider(tool: FunctionTool, heard: _Heard) -> tuple[ToolCall, bool, int]:
     """``tool``'s call for ``heard``, whether its required arguments were all filled, and how many guessed."""
     heard.used, heard.guesses = [], 0
-    props = [(str(k), v) for k, v in p.items() if isinstance(v, Mapping)] if isinstance(
-        p := tool.parameters.get("properties"), Mapping) else []
+    params = _parameters(tool.parameters)
+    props = [(param.name, param.schema) for param in params]
     weights: dict[str, float] = {}
     sources = [(" ".join(_split_name(tool.name)), _NAME_W), (tool.description, _DESC_W)]
     for name, prop in props:
@@ -479,11 +572,16 @@ def _consider(tool: FunctionTool, heard: _Heard) -> tuple[ToolCall, bool, int]:
     single_bool = sum(_kind(name, prop) == "bool" for name, prop in props) == 1
     req = tool.parameters.get("required")
     required = {str(r) for r in req} if isinstance(req, list | tuple) else set()
+    # A required parameter with a default, or one that may be null, has an answer when nothing was
+    # heard for it: that answer beats guessing it from leftover words.
+    fallback = {p.name: copy.deepcopy(p.default) if p.default is not _NO_DEFAULT else None
+                for p in params if p.name in required and (p.default is not _NO_DEFAULT or p.nullable)}
     values: dict[str, object] = {}
     dates, times = [value for _, value in heard.dates], [value for _, value in heard.times]
     for name, prop in sorted(props, key=lambda item: _PRIORITY[_kind(*item)]):
         kind, value = _kind(name, prop), None
-        if kind == "enum" and (found := _find_enum(heard, prop["enum"])) is not None:
+        if kind == "enum" and isinstance(options := prop["enum"], list) and (
+                found := _find_enum(heard, options)) is not None:
             value = found[0]
             heard.take(found[1], found[2])
         elif kind in ("date", "time", "datetime"):
@@ -502,9 +600,12 @@ def _consider(tool: FunctionTool, heard: _Heard) -> tuple[ToolCall, bool, int]:
                                single_bool)
         elif kind != "skip":
             exclude = name_stems if kind == "text" else tool_words
-            value = _fill_string(heard, name, kind, name in required, name_stems, exclude)
+            value = _fill_string(heard, name, kind, name in required and name not in fallback, name_stems,
+                                 exclude)
         if value is not None:
             values[name] = value
+        elif name in fallback:
+            values[name] = fallback[name]
     ordered = {name: values[name] for name, _ in props if name in values}
     score = raw / (raw + _HALF) * 0.95**heard.guesses
     call = ToolCall(name=tool.name, arguments=MappingProxyType(ordered), score=score)
@@ -540,8 +641,10 @@ class ToolRouter:
         None: no tool fits (or ``choice.mode`` is NONE). With ``choice.forces_call``
         the best tool is returned even under the threshold (``choice.function``
         names it when set: then always that tool, or None if it is not offered).
-        Required parameters that cannot be filled: still called only if forced,
-        and then left out rather than invented; otherwise that tool is not called.
+        A required parameter the utterance does not give takes the schema's
+        ``default``, else null where its schema allows null (how strict schemas
+        spell "optional"). Required parameters still unfilled: called only if
+        forced, and then left out rather than invented; otherwise that tool is not called.
         """
         if choice.mode is ToolChoiceMode.NONE or not tools:
             return None
