@@ -11,13 +11,18 @@ gateway instead of OpenAI, with the embedded CPU engine behind it.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+import numpy as np
 import pytest
+import soxr  # type: ignore[import-untyped]
+from agents import function_tool
 from agents.realtime import RealtimeAgent, RealtimeModelConfig, RealtimeRunner
 from agents.realtime.items import UserMessageItem
 
-from tests.e2e.helpers import Gateway, GatewayFactory, speech_turn, stream_audio
+from duplex_gateway.engine.embedded import PiperSynthesizer
+from tests.e2e.helpers import Gateway, GatewayFactory, encode, silence, speech_turn, stream_audio
 
 pytestmark = pytest.mark.e2e
 
@@ -103,3 +108,51 @@ async def test_voice_turn_through_a_realtime_agent(gateway: Gateway) -> None:
     assert len(reply_audio) / 2 / 24_000 > 1.0, len(reply_audio)
     done = [e for e in raw if e["type"] == "response.done"]
     assert [e["response"]["status"] for e in done] == ["completed"], done
+
+
+def spoken_turn(text: str, rate: int = 24_000) -> bytes:
+    """Silence, ``text`` said by the embedded engine's own Piper voice, silence: one turn for server VAD."""
+    synthesizer = PiperSynthesizer.shared()
+    speech = np.frombuffer(synthesizer.synthesize(text), dtype="<i2").astype(np.float32) / 32768
+    return silence(800, rate) + encode(soxr.resample(speech, synthesizer.sample_rate, rate)) + silence(1200, rate)
+
+
+async def test_a_function_tool_parameter_left_unsaid_takes_its_default(gateway: Gateway) -> None:
+    # @function_tool sends a strict schema: "city" is required and carries "default": "here".
+    calls: list[str] = []
+
+    @function_tool
+    def get_weather(city: str = "here") -> str:
+        """Get the weather for a city."""
+        calls.append(city)
+        return f"It is sunny and 21 degrees {city}."
+
+    agent = RealtimeAgent(name="Assistant", instructions="Answer briefly.", tools=[get_weather])
+    model_config = RealtimeModelConfig(api_key="unused", url=f"{gateway.ws_url}/v1/realtime?model=gpt-realtime")
+    events: list[Any] = []
+    async with asyncio.timeout(120):
+        session = await RealtimeRunner(agent).run(model_config=model_config)
+        async with session:
+            turn = spoken_turn("What is the weather like today?")
+            speaker = asyncio.create_task(stream_audio(None, turn, send=session.send_audio, realtime=True))
+            # The first reply that speaks ends the test: with the tool called, the one after its output.
+            async for event in session:
+                events.append(event)
+                if _problems(events):
+                    break
+                if event.type == "raw_model_event" and event.data.type == "raw_server_event" \
+                        and event.data.data.get("type") == "response.done" \
+                        and any(o.get("type") == "message" for o in event.data.data["response"]["output"]):
+                    break
+            await speaker
+
+    assert not _problems(events), _problems(events)
+    raw = _raw_server_events(events)
+    heard = [e["transcript"] for e in raw if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    assert len(heard) == 1 and "weather" in heard[0].lower() and "today" in heard[0].lower(), heard
+    starts = [e for e in events if e.type == "tool_start"]
+    assert [s.tool.name for s in starts] == ["get_weather"], [e["type"] for e in raw]
+    assert json.loads(starts[0].arguments) == {"city": "here"}
+    assert calls == ["here"]
+    spoken = [e["transcript"] for e in raw if e["type"] == "response.output_audio_transcript.done"]
+    assert any("sunny" in text and "21" in text for text in spoken), spoken
