@@ -42,7 +42,7 @@ __all__ = ["create_app", "session_defaults"]
 
 logger = logging.getLogger(__name__)
 
-WEB_DEMO_DIR = Path(__file__).resolve().parent.parent / "web_demo"
+WEB_DEMO_DIR = Path(__file__).resolve().parent / "web_demo"
 _BETA_PROTOCOL = "openai-beta.realtime-v1"
 
 
