@@ -5,9 +5,6 @@ BIN := $(VENV)/bin
 # The vLLM-Omni stack's own virtualenv (see omni-venv below).
 OMNI_VENV ?= .venv-omni
 OMNI_BIN := $(OMNI_VENV)/bin
-# silero-vad's wheel carries the ONNX model we run on onnxruntime; its declared
-# dependency on torch is for its own PyTorch loader, which we never import.
-SILERO_VAD := silero-vad==6.2.3
 # The agents SDK's realtime client, driven end to end by the tests. Its releases for openai 3 cap
 # websockets below 17, which its client does not need (tests/e2e/test_openai_agents.py
 # runs it on 17), so it goes in without that metadata; its other dependencies are in
@@ -22,9 +19,9 @@ CONFIG ?= configs/default.yaml
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# What `make run` runs: the default engine (embedded) and the carriers' extras.
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
-	$(BIN)/python -m pip install -q --no-deps $(SILERO_VAD)
+	$(BIN)/python -m pip install -q -e '.[embedded,telephony]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run

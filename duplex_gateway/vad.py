@@ -12,7 +12,6 @@ speaking, in audio milliseconds.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import threading
 from collections.abc import Iterable
@@ -57,18 +56,22 @@ _STATE_SHAPE: Final = (2, 1, 128)
 _SR_INPUT: Final = np.array(SAMPLE_RATE, dtype=np.int64)
 
 
-def default_model_path() -> Path:
-    """The ``silero_vad.onnx`` file shipped inside the ``silero-vad`` wheel.
+#: The Silero VAD model shipped inside this package (see models/README.md for its origin and licence).
+_PACKAGED_MODEL: Final = Path(__file__).resolve().parent / "models" / "silero_vad.onnx"
 
-    Located without importing ``silero_vad`` (which would import torch).
+
+def default_model_path() -> Path:
+    """The ``silero_vad.onnx`` file shipped inside this package (MIT, from ``silero-vad`` 6.2.3).
+
+    The gateway carries it itself: the ``silero-vad`` wheel declares torch, which the gateway
+    never uses, so an ordinary ``pip install`` could not bring the model without PyTorch.
     """
-    spec = importlib.util.find_spec("silero_vad")
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for location in locations:
-        candidate = Path(location) / "data" / "silero_vad.onnx"
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError("silero_vad.onnx not found: install the silero-vad package (--no-deps suffices)")
+    if not _PACKAGED_MODEL.is_file():
+        raise FileNotFoundError(
+            f"the voice activity model {_PACKAGED_MODEL} is missing from this install of duplex-gateway: "
+            "reinstall the package (pip install --force-reinstall duplex-gateway)"
+        )
+    return _PACKAGED_MODEL
 
 
 class SileroVad:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from duplex_gateway.config import ConfigError, GatewaySettings
 from duplex_gateway.engine.port import Engine
+from duplex_gateway.extras import require
 
 if TYPE_CHECKING:
     from duplex_gateway.engine.embedded.chat_llm import ChatSettings
@@ -56,6 +57,8 @@ def _embedded_chat(settings: GatewaySettings) -> ChatSettings | None:
 
 
 def _embedded(settings: GatewaySettings) -> Engine:
+    # Before its import: the engine's package imports httpx2, and its start loads the speech models.
+    require("embedded", "engine embedded (the CPU speech engine)")
     from duplex_gateway.engine.embedded import EmbeddedEngine
 
     embedded = settings.engine.embedded

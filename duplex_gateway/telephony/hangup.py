@@ -31,14 +31,15 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import httpx2
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding, rsa
-
 from duplex_gateway.config import GatewaySettings, TelephonySettings
+from duplex_gateway.extras import missing_modules
+
+if TYPE_CHECKING:
+    # httpx2 and cryptography come with the telephony extra; only a configured hang-up uses them.
+    import httpx2
 
 __all__ = ["HangupOutcome", "HangupResult", "hang_up", "vonage_jwt"]
 
@@ -95,6 +96,9 @@ def _b64url(data: bytes) -> str:
 
 def vonage_jwt(application_id: str, private_key_pem: bytes, *, now: float | None = None) -> str:
     """A Vonage application JWT (RS256: ``application_id``, ``iat``, ``exp``, ``jti``)."""
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
     key = serialization.load_pem_private_key(private_key_pem, password=None)
     if not isinstance(key, rsa.RSAPrivateKey):
         raise TypeError("the Vonage private key is not an RSA key")
@@ -109,6 +113,10 @@ def vonage_jwt(application_id: str, private_key_pem: bytes, *, now: float | None
     signing_input = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
     signature = key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
     return f"{signing_input}.{_b64url(signature)}"
+
+
+def _without_extra(missing: tuple[str, ...]) -> str:
+    return f"needs the 'telephony' extra (no module {', '.join(missing)}): pip install 'duplex-gateway[telephony]'"
 
 
 _Refusal = tuple[HangupOutcome, str | None]
@@ -155,6 +163,8 @@ def _request(carrier: str, call_id: str, settings: TelephonySettings) -> _Call |
         if not token:
             if not (vo.application_id and vo.private_key_path):
                 return _NOT_CONFIGURED
+            if missing := missing_modules("telephony", ("cryptography",)):
+                return HangupOutcome.FAILED, _without_extra(missing)
             try:
                 token = vonage_jwt(vo.application_id, Path(vo.private_key_path).read_bytes())
             except (OSError, ValueError, TypeError) as exc:
@@ -217,6 +227,10 @@ async def hang_up(
     spec = _request(carrier_name, call_id, telephony)
     if isinstance(spec, tuple):
         return result(spec[0], detail=spec[1])
+    if client is None and (missing := missing_modules("telephony", ("httpx2",))):
+        return result(HangupOutcome.FAILED, detail=_without_extra(missing))
+    import httpx2
+
     timeout = telephony.hangup_timeout_s
     owned = client is None
     http = client if client is not None else httpx2.AsyncClient(timeout=httpx2.Timeout(timeout))

@@ -22,11 +22,12 @@ import hashlib
 import hmac
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, parse_qsl, urlsplit, urlunsplit
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import load_pem_public_key
+if TYPE_CHECKING:
+    # cryptography comes with the telephony extra; only Telnyx's Ed25519 signatures use it.
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 __all__ = [
     "Params",
@@ -188,8 +189,11 @@ def validate_plivo_v3(
 def telnyx_public_key(key: str) -> Ed25519PublicKey:
     """The Ed25519 public key the Telnyx portal shows (base64 of 32 bytes, or PEM).
 
-    ``ValueError`` if ``key`` is not one.
+    ``ValueError`` if ``key`` is not one; ``ImportError`` without the telephony extra.
     """
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
     text = key.strip()
     if text.startswith("-----BEGIN"):
         loaded = load_pem_public_key(text.encode())
@@ -220,9 +224,11 @@ def validate_telnyx(
     try:
         stamp = int(timestamp.strip())
         raw_signature = base64.b64decode(signature.strip(), validate=True)
-        key = public_key if isinstance(public_key, Ed25519PublicKey) else telnyx_public_key(public_key)
+        key = telnyx_public_key(public_key) if isinstance(public_key, str) else public_key
     except ValueError:  # binascii.Error is a ValueError
         return False
+    from cryptography.exceptions import InvalidSignature
+
     clock = time.time() if now is None else now
     if abs(clock - stamp) > tolerance_s:
         return False

@@ -31,22 +31,25 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from duplex_gateway.auth.gate import SignatureCheck
 from duplex_gateway.config import ConfigError, GatewaySettings, TelephonySettings
+from duplex_gateway.extras import require
 from duplex_gateway.telephony.signatures import (
     telnyx_public_key,
     validate_plivo_v3,
     validate_telnyx,
     validate_twilio,
 )
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 __all__ = [
     "MAX_WEBHOOK_BODY_BYTES",
@@ -309,6 +312,7 @@ class _Webhooks:
         self.settings = settings
         self.telnyx_key: Ed25519PublicKey | None = None
         if settings.telnyx.public_key:
+            require("telephony", "telephony.telnyx.public_key (Telnyx signatures)", ("cryptography",))
             try:
                 self.telnyx_key = telnyx_public_key(settings.telnyx.public_key)
             except ValueError as exc:

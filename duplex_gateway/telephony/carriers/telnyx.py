@@ -17,7 +17,6 @@ import base64
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
 
-import G722  # libg722 bindings (a pinned dependency)
 import numpy as np
 
 from duplex_gateway.audio.format import AudioFormat, Encoding
@@ -333,6 +332,9 @@ class _G722:
     sample_bytes = 1
 
     def __init__(self) -> None:
+        # libg722's bindings come with the telephony extra; only a G.722 stream needs them.
+        import G722
+
         self.format = AudioFormat(encoding=Encoding.PCM16, rate=16_000)
         self._decoder = G722.G722(16_000, _G722_BIT_RATE, use_numpy=False)
         self._encoder = G722.G722(16_000, _G722_BIT_RATE, use_numpy=False)
@@ -370,7 +372,15 @@ def _codec_for(fmt: Any) -> _Codec:
     if codec == "PCMA":
         return _Passthrough(AudioFormat(encoding=Encoding.G711_ALAW, rate=8_000))
     if codec == "G722":
-        return _G722()  # 16 kHz audio, whatever rate the stream reports (RTP clocks G.722 at 8 kHz)
+        # 16 kHz audio, whatever rate the stream reports (RTP clocks G.722 at 8 kHz).
+        try:
+            return _G722()
+        except ImportError:
+            raise ProtocolError(
+                ErrorCode.UNSUPPORTED_AUDIO_FORMAT,
+                "Telnyx codec G722 needs the gateway's 'telephony' extra "
+                "(pip install 'duplex-gateway[telephony]'): stream PCMU, PCMA or L16, or install it",
+            ) from None
     try:
         rate = _counter(fmt, "sample_rate") or 8_000
     except ProtocolError:
