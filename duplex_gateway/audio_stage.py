@@ -96,12 +96,13 @@ class OutputStage:
             audio = converter.convert(event.audio)
             if not audio:
                 return []
-            return [replace(event, audio=audio, rate=wire.rate, encoded=True)]
+            return [replace(event, audio=audio, rate=wire.rate, encoding=wire.encoding, encoded=True)]
         tail = converter.flush()
         if not tail:
             return [event]
         delta = ev.AudioDelta(
-            response_id=event.response_id, item_id=event.item_id, audio=tail, rate=wire.rate, encoded=True
+            response_id=event.response_id, item_id=event.item_id, audio=tail, rate=wire.rate,
+            encoding=wire.encoding, encoded=True,
         )
         return [delta, event]
 

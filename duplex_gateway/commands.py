@@ -63,6 +63,10 @@ class InputAudioAppend(Command):
     (the session's input format fills in the rest). ``is_speech`` and ``hints``
     (RMS, VAD scores, ...) are the client's view of the chunk, passed on to engines
     that read them.
+
+    ``video_frames``: camera pictures taken during the chunk (base64 JPEG or PNG, at
+    most two, vLLM-Omni's duplex extension), for engines that see. ``video_error``:
+    why the frames the client sent were refused; the chunk's audio counts all the same.
     """
 
     type: ClassVar[str] = "input_audio_buffer.append"
@@ -71,6 +75,8 @@ class InputAudioAppend(Command):
     rate: int | None = None
     is_speech: bool | None = None
     hints: Mapping[str, object] = field(default_factory=dict)
+    video_frames: tuple[str, ...] = ()
+    video_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,12 +135,14 @@ class ItemSpec:
     ``kind``: ``message`` (``role``, ``text``), ``function_call`` (``call_id``, ``name``,
     ``arguments``), ``function_call_output`` (``call_id``, ``output``), or
     ``item_reference`` (``item_id`` names an item already in the conversation).
+    ``images``: a user message's pictures (``input_image`` parts), as JPEG or PNG data URLs.
     """
 
     kind: str = "message"
     item_id: str | None = None
     role: str = "user"
     text: str = ""
+    images: tuple[str, ...] = ()
     call_id: str | None = None
     name: str | None = None
     arguments: str | None = None
@@ -182,6 +190,8 @@ class ConversationItemCreate(Command):
     name: str | None = None
     arguments: str | None = None
     output: str | None = None
+    #: A user message's pictures (``input_image`` parts), as JPEG or PNG data URLs.
+    images: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

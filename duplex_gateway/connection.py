@@ -530,10 +530,13 @@ class Connection:
                 self._send_error(exc)
                 return
             self._recorder.caller_audio(processed.pcm)
+            # The chunk's camera frames were taken while it was spoken: they ride its last slice.
+            last = offset + step >= len(audio)
             self._apply(
                 self.session.input_processed(
                     processed.pcm, processed.duration_ms, processed.windows,
                     is_speech=chunk.is_speech, hints=chunk.hints, now=asyncio.get_running_loop().time(),
+                    video_frames=chunk.video_frames if last else (),
                 )
             )
             if self._closing is not None:

@@ -142,7 +142,9 @@ class EngineLink:
     def _make(self, call: EngineCall) -> Awaitable[None]:
         session = self.engine_session
         if isinstance(call, AppendAudio):
-            return session.append_audio(call.pcm, is_speech=call.is_speech, hints=call.hints)
+            return session.append_audio(
+                call.pcm, is_speech=call.is_speech, hints=call.hints, video_frames=call.video_frames
+            )
         if isinstance(call, CommitInput):
             return session.commit(
                 item_id=call.item_id, response_id=call.response_id, final=call.final,
@@ -160,7 +162,8 @@ class EngineLink:
             return session.clear_input()
         if isinstance(call, AddItem):
             return session.add_item(
-                item_id=call.item_id, role=call.role, text=call.text, previous_item_id=call.previous_item_id
+                item_id=call.item_id, role=call.role, text=call.text, previous_item_id=call.previous_item_id,
+                images=call.images,
             )
         if isinstance(call, DeleteItem):
             return session.delete_item(call.item_id, response_id=call.response_id, call_id=call.call_id)
@@ -191,19 +194,28 @@ class EngineLink:
 
 
 def _mergeable(first: AppendAudio, call: EngineCall) -> bool:
-    """``call`` can ride in one append with ``first``: audio the client said the same of."""
-    return isinstance(call, AppendAudio) and call.is_speech == first.is_speech and call.hints == first.hints
+    """``call`` can ride in one append with ``first``: audio the client said the same of.
+
+    Camera frames ride at the end of the audio they were taken with, so an append
+    with frames ends a merge: it may close one, never open or continue it.
+    """
+    return (
+        isinstance(call, AppendAudio) and not first.video_frames
+        and call.is_speech == first.is_speech and call.hints == first.hints
+    )
 
 
 def _merge(first: AppendAudio, calls: deque[EngineCall]) -> AppendAudio:
     """``first`` and the appends right behind it in ``calls`` (taken out), as one append."""
     parts = [first.pcm]
     size = len(first.pcm)
-    while calls and _mergeable(first, nxt := calls[0]):
+    frames: tuple[str, ...] = ()
+    while not frames and calls and _mergeable(first, nxt := calls[0]):
         assert isinstance(nxt, AppendAudio)
         if size + len(nxt.pcm) > MAX_MERGED_AUDIO_BYTES:
             break
         calls.popleft()
         parts.append(nxt.pcm)
         size += len(nxt.pcm)
-    return AppendAudio(pcm=b"".join(parts), is_speech=first.is_speech, hints=first.hints)
+        frames = nxt.video_frames
+    return AppendAudio(pcm=b"".join(parts), is_speech=first.is_speech, hints=first.hints, video_frames=frames)

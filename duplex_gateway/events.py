@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from duplex_gateway.audio.format import Encoding
 from duplex_gateway.errors import ErrorCode
 from duplex_gateway.session_config import SessionConfig
 
@@ -33,6 +34,7 @@ __all__ = [
     "InputAudioCleared",
     "InputAudioCommitted",
     "InputAudioTimeoutTriggered",
+    "InputIgnored",
     "InputTranscriptionCompleted",
     "InputTranscriptionDelta",
     "InputTranscriptionFailed",
@@ -79,6 +81,9 @@ class ConversationItem:
     name: str | None = None
     arguments: str | None = None
     output: str | None = None
+    #: How many pictures (``input_image`` parts) of a user message the engine holds; the
+    #: pictures themselves are the engine's, not kept here.
+    images: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,6 +173,22 @@ class DtmfReceived(ServerEvent):
     type: ClassVar[str] = "input_audio_buffer.dtmf_event_received"
     digit: str
     received_at: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputIgnored(ServerEvent):
+    """A kind of input the client sent that this engine does not use (a gateway extension).
+
+    Sent once per session and kind, the first time the kind arrives: ``input`` is
+    ``video_frames`` (camera frames on ``input_audio_buffer.append``) or ``input_image``
+    (pictures in ``conversation.item.create``). The rest of the message (the audio, the
+    text) is used as usual; later input of the kind is dropped without a word.
+    """
+
+    type: ClassVar[str] = "input.ignored"
+    input: str
+    engine: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -276,12 +297,13 @@ class _ResponsePartEvent(ServerEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AudioDelta(_ResponsePartEvent):
-    """Reply audio: PCM16 at ``rate`` inside the core, the wire format after encoding."""
+    """Reply audio: PCM16 at ``rate`` inside the core, ``encoding`` at ``rate`` once encoded for the wire."""
 
     type: ClassVar[str] = "response.output_audio.delta"
     audio: bytes
     rate: int
     encoded: bool = False
+    encoding: Encoding = Encoding.PCM16
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

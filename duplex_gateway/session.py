@@ -252,6 +252,11 @@ class Session:
         self._idle_from_ms = 0.0
         #: The time of the input being handled (the ``now`` the I/O layer passed in).
         self._clock: float | None = None
+        #: Camera frames waiting for audio to ride to the engine with (the audio they came with
+        #: is still in the resampler or the ring); the newest few only.
+        self._held_frames: tuple[str, ...] = ()
+        #: Kinds of input the engine does not use that the client was told of (once each).
+        self._unused_told: set[str] = set()
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -442,15 +447,35 @@ class Session:
         if not command.audio:
             raise ProtocolError(ErrorCode.INVALID_VALUE, "audio is empty", param="audio")
         fmt.check_length(len(command.audio))
+        # The audio is the caller's and always counts; frames sent with it go only where they are seen.
+        frames, outputs = command.video_frames, []
+        if frames and not self.capabilities.video_input:
+            frames, outputs = (), self._unused("video_frames", "camera frames (video_frames)")
         # Audio is never refused for arriving fast: the connection paces the client with backpressure.
-        return [
-            ProcessInput(
-                audio=command.audio,
-                format=None if fmt == self.config.input_format else fmt,
-                is_speech=command.is_speech,
-                hints=command.hints,
-            )
-        ]
+        outputs.insert(0, ProcessInput(
+            audio=command.audio,
+            format=None if fmt == self.config.input_format else fmt,
+            is_speech=command.is_speech,
+            hints=command.hints,
+            video_frames=frames,
+        ))
+        if command.video_error is not None:
+            outputs.append(ev.ErrorEvent(
+                code=ErrorCode.INVALID_VALUE, event_id=command.event_id, param="video_frames",
+                message=f"{command.video_error}; the frames were dropped, the audio was kept",
+            ))
+        return outputs
+
+    def _unused(self, kind: str, what: str) -> list[Output]:
+        """Tell the client, the first time only, that the engine does not use ``kind`` of input."""
+        if kind in self._unused_told:
+            return []
+        self._unused_told.add(kind)
+        name = self.capabilities.name
+        return [ev.InputIgnored(
+            input=kind, engine=name,
+            message=f"the {name} engine does not use {what}: they are dropped, the rest of the input is used",
+        )]
 
     def _chunk_format(self, command: cmd.InputAudioAppend) -> AudioFormat:
         """The format of one chunk: what the client declared for it, the session's for the rest."""
@@ -592,11 +617,17 @@ class Session:
         if command.role not in ("user", "assistant", "system"):
             raise ProtocolError(ErrorCode.INVALID_VALUE, f"unknown role {command.role!r}", param="item.role")
         item_id, after = self._created_item_place(command)
+        images, told = command.images, []
+        if images and not self.capabilities.image_input:
+            images, told = (), self._unused("input_image", "pictures (input_image)")
         content_type = "input_text" if command.role != "assistant" else "output_text"
-        item = ev.ConversationItem(id=item_id, role=command.role, content_type=content_type, text=command.text)
+        item = ev.ConversationItem(
+            id=item_id, role=command.role, content_type=content_type, text=command.text, images=len(images)
+        )
         previous = self._enter(_Item(item=item), after)
         return [
-            AddItem(item_id=item_id, role=command.role, text=command.text, previous_item_id=after),
+            *told,
+            AddItem(item_id=item_id, role=command.role, text=command.text, previous_item_id=after, images=images),
             ev.ConversationItemAdded(item=item, previous_item_id=previous),
             ev.ConversationItemDone(item=item, previous_item_id=previous),
         ]
@@ -726,12 +757,15 @@ class Session:
         is_speech: bool | None = None,
         hints: Mapping[str, object] | None = None,
         now: float | None = None,
+        video_frames: Sequence[str] = (),
     ) -> list[Output]:
         """Caller audio converted to the engine's format, with VAD windows ``(end_ms, probability)``.
 
         ``end_ms`` counts from the start of the session's input stream; ``is_speech``
         and ``hints`` are the client's, for the engine; ``now`` is when it was processed
         (the clock of :meth:`receive`; it times the replies turn detection starts).
+        ``video_frames``: camera frames taken while this audio was spoken; they go to
+        the engine with the next audio it gets (this, or the audio after it).
         """
         # An empty chunk (the resampler is still filling) still moves the input
         # clock and may carry VAD windows: only its audio is absent.
@@ -741,9 +775,12 @@ class Session:
             self._clock = now
         start_ms = self._input_ms
         self._input_ms += duration_ms
+        if video_frames:
+            # The newest frames only: vLLM-Omni's models take at most two with one append.
+            self._held_frames = (*self._held_frames, *video_frames)[-2:]
         if self._detector is None:
             self._buffered_ms += duration_ms
-            return [AppendAudio(pcm=pcm, is_speech=is_speech, hints=hints or {})] if pcm else []
+            return [self._append(pcm, is_speech=is_speech, hints=hints)] if pcm else []
         outputs: list[Output] = []
         if self._speech_item_id is None:
             if pcm:
@@ -754,7 +791,7 @@ class Session:
         else:
             self._buffered_ms += duration_ms
             if pcm:
-                outputs.append(AppendAudio(pcm=pcm, is_speech=is_speech, hints=hints or {}))
+                outputs.append(self._append(pcm, is_speech=is_speech, hints=hints))
         for decision in self._detector.feed_many(windows):
             if isinstance(decision, SpeechStart) and self._speech_item_id is None:
                 outputs.extend(self._speech_started(decision.audio_start_ms))
@@ -763,6 +800,13 @@ class Session:
             elif isinstance(decision, SpeechStop) and self._speech_item_id is not None:
                 outputs.extend(self._speech_stopped(decision.audio_end_ms))
         return outputs
+
+    def _append(
+        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+    ) -> AppendAudio:
+        """Audio for the engine, with the camera frames that waited for it."""
+        frames, self._held_frames = self._held_frames, ()
+        return AppendAudio(pcm=pcm, is_speech=is_speech, hints=hints or {}, video_frames=frames)
 
     def _ring_capacity_ms(self) -> float:
         td = self.config.turn_detection
@@ -781,7 +825,7 @@ class Session:
         for chunk_start, chunk_end, pcm in self._ring:
             if chunk_end > audio_start_ms:
                 self._buffered_ms += chunk_end - chunk_start
-                outputs.append(AppendAudio(pcm=pcm))
+                outputs.append(self._append(pcm))
         self._ring.clear()
         return outputs
 
@@ -1383,6 +1427,12 @@ class Session:
         return record
 
     def _find_played(self, response_id: str | None, item_id: str | None) -> _Item:
+        if item_id is not None and item_id not in self._items and item_id.startswith("item_"):
+            # vLLM-Omni names a reply's item ``item_<response_id>``, and its clients send that
+            # name back: it means the item of that reply.
+            named = item_id.removeprefix("item_")
+            if response_id in (None, named):
+                item_id, response_id = None, named
         if item_id is not None:
             return self._assistant_item(item_id)
         for record in reversed(self._items.values()):

@@ -59,14 +59,16 @@ class OpenEngine(EngineCall):
 class ProcessInput(EngineCall):
     """Decode, resample and VAD-scan caller audio, then call :meth:`Session.input_processed`.
 
-    ``format`` is the audio's (the session's input format when None); ``is_speech``
-    and ``hints`` go back to :meth:`Session.input_processed` with the result.
+    ``format`` is the audio's (the session's input format when None); ``is_speech``,
+    ``hints`` and ``video_frames`` go back to :meth:`Session.input_processed` with the
+    result (the frames with the chunk's last slice: they were taken while it was spoken).
     """
 
     audio: bytes
     format: AudioFormat | None = None
     is_speech: bool | None = None
     hints: Mapping[str, object] = field(default_factory=dict)
+    video_frames: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +84,8 @@ class AppendAudio(EngineCall):
     #: The client's per-chunk hints (see :meth:`~duplex_gateway.engine.port.EngineSession.append_audio`).
     is_speech: bool | None = None
     hints: Mapping[str, object] = field(default_factory=dict)
+    #: Camera frames taken while this audio was spoken (only to engines with ``video_input``).
+    video_frames: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,6 +140,8 @@ class AddItem(EngineCall):
     text: str
     #: Where it goes: after this item, at the start for ``"root"``, last when None.
     previous_item_id: str | None = None
+    #: A user message's pictures, as data URLs (only to engines with ``image_input``).
+    images: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

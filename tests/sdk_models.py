@@ -28,6 +28,9 @@ EXTENSION_EVENTS = frozenset(
         "turn.latency",
         # The gateway's drain warning: to duplex clients, and to clients that asked (``session.include``).
         "session.closing",
+        # The gateway's word that the engine does not use some input (camera frames, pictures),
+        # sent only to a client that sent such input.
+        "input.ignored",
     }
 )
 

@@ -136,6 +136,67 @@ def test_heartbeat_works_before_configuration() -> None:
 # -- input -----------------------------------------------------------------------------
 
 
+JPEG = "/9j/4AAQ"  # a JPEG signature, base64
+
+
+def test_video_frames_reach_an_engine_that_sees_with_their_audio() -> None:
+    s = Session(
+        session_id="sess_1", capabilities=replace(CAPS, video_input=True), defaults=MANUAL,
+        handshake=Handshake.REALTIME,
+    )
+    out = s.receive(cmd.InputAudioAppend(audio=pcm(200), video_frames=(JPEG,)), now=0)
+    assert out == [ProcessInput(audio=pcm(200), video_frames=(JPEG,))]
+    appended = s.input_processed(pcm(200), 200.0, video_frames=(JPEG,))
+    assert appended == [AppendAudio(pcm=pcm(200), video_frames=(JPEG,))]
+    # Frames whose audio is still in the resampler wait for the next audio, which takes them.
+    assert s.input_processed(b"", 0.0, video_frames=(JPEG,)) == []
+    assert s.input_processed(pcm(20), 20.0) == [AppendAudio(pcm=pcm(20), video_frames=(JPEG,))]
+    assert s.input_processed(pcm(20), 20.0) == [AppendAudio(pcm=pcm(20))]
+
+
+def test_video_frames_an_engine_does_not_use_cost_one_notice_never_the_audio() -> None:
+    s = make()
+    out = s.receive(cmd.InputAudioAppend(audio=pcm(200), video_frames=(JPEG,)), now=0)
+    assert out[0] == ProcessInput(audio=pcm(200))
+    assert types(out) == ["ProcessInput", "input.ignored"]
+    notice = out[1]
+    assert isinstance(notice, ev.InputIgnored) and (notice.input, notice.engine) == ("video_frames", "test")
+    # Said once per session: later frames go unmentioned, their audio still counts.
+    for _ in range(3):
+        assert s.receive(cmd.InputAudioAppend(audio=pcm(200), video_frames=(JPEG,)), now=0) == [
+            ProcessInput(audio=pcm(200))
+        ]
+    # Pictures in messages are another kind of input: told of once, on their own.
+    picture = "data:image/jpeg;base64," + JPEG
+    out = s.receive(cmd.ConversationItemCreate(item_id=None, role="user", text="hi", images=(picture,)), now=0)
+    assert types(out)[:2] == ["input.ignored", "AddItem"]
+    assert out[0].input == "input_image"  # type: ignore[union-attr]
+    assert out[1].images == () and out[1].text == "hi"  # type: ignore[union-attr]
+    out = s.receive(cmd.ConversationItemCreate(item_id=None, role="user", text="", images=(picture,)), now=0)
+    assert "input.ignored" not in types(out)
+
+
+def test_pictures_reach_an_engine_that_takes_them() -> None:
+    s = Session(
+        session_id="sess_1", capabilities=replace(CAPS, image_input=True), defaults=MANUAL,
+        handshake=Handshake.REALTIME,
+    )
+    picture = "data:image/png;base64,iVBORw0K"
+    out = s.receive(cmd.ConversationItemCreate(item_id="i1", role="user", text="", images=(picture,)), now=0)
+    assert types(out) == ["AddItem", "conversation.item.added", "conversation.item.done"]
+    assert out[0].images == (picture,)  # type: ignore[union-attr]
+    assert out[1].item.images == 1  # type: ignore[union-attr]
+
+
+def test_bad_video_frames_are_reported_and_their_audio_kept() -> None:
+    s = make()
+    out = s.receive(cmd.InputAudioAppend(audio=pcm(20), event_id="a1", video_error="not a picture"), now=0)
+    assert out[0] == ProcessInput(audio=pcm(20))
+    error = out[1]
+    assert isinstance(error, ev.ErrorEvent) and (error.param, error.event_id) == ("video_frames", "a1")
+    assert "audio was kept" in error.message
+
+
 def test_append_validates_whole_samples_and_emptiness() -> None:
     s = make()
     out = s.receive(cmd.InputAudioAppend(audio=b"\x00\x01\x02"), now=0)
@@ -427,6 +488,21 @@ def test_playback_ack_is_clamped_to_produced_audio() -> None:
     out = s.receive(cmd.PlaybackAck(response_id="resp_1", item_id=None, played_ms=9000), now=0)
     assert out[0] == AckPlayback(response_id="resp_1", played_ms=500)
     assert out[1].played_ms == 500 and out[1].produced_ms == 500  # type: ignore[union-attr]
+
+
+def test_playback_ack_naming_the_reply_item_as_vllm_omni_does() -> None:
+    # vLLM-Omni calls a reply's item ``item_<response_id>`` and its clients send that name back.
+    s = make()
+    item_id = finished_reply(s, 500)
+    assert item_id != "item_resp_1"
+    for response_id in ("resp_1", None):
+        out = s.receive(cmd.PlaybackAck(response_id=response_id, item_id="item_resp_1", played_ms=300), now=0)
+        assert out[0] == AckPlayback(response_id="resp_1", played_ms=300)
+        assert types(out) == ["AckPlayback", "playback.acknowledged"]
+    # The name still has to match: another reply's, or one naming another response, is not found.
+    for response_id, item in (("resp_1", "item_resp_2"), (None, "item_resp_9")):
+        out = s.receive(cmd.PlaybackAck(response_id=response_id, item_id=item, played_ms=1), now=0)
+        assert out[0].code is ErrorCode.ITEM_NOT_FOUND  # type: ignore[union-attr]
 
 
 def test_playback_ack_for_unknown_response() -> None:

@@ -56,7 +56,12 @@ from duplex_gateway.dialects.fields import (
     opt_object,
     opt_str,
 )
-from duplex_gateway.dialects.realtime_items import parse_item, render_item
+from duplex_gateway.dialects.realtime_items import (
+    MAX_FRAMES_PER_APPEND,
+    check_picture,
+    parse_item,
+    render_item,
+)
 from duplex_gateway.dialects.realtime_session import (
     encoding_for_name,
     parse_modalities,
@@ -84,6 +89,7 @@ from duplex_gateway.events import (
     InputAudioCleared,
     InputAudioCommitted,
     InputAudioTimeoutTriggered,
+    InputIgnored,
     InputTranscriptionCompleted,
     InputTranscriptionDelta,
     InputTranscriptionFailed,
@@ -212,14 +218,28 @@ def _append(data: Mapping[str, object], event_id: str | None) -> Command:
     is_speech = data.get("is_speech")
     if is_speech is not None and not isinstance(is_speech, bool):
         raise invalid("is_speech", "'is_speech' must be a boolean")
-    frames = data.get("video_frames")
-    if frames:
-        raise invalid("video_frames", "video frames are not carried by this gateway (audio only)")
+    frames, frames_error = _video_frames(data.get("video_frames"))
     hints = opt_object(data, "hints", "")
     return InputAudioAppend(
         event_id=event_id, audio=decoded, encoding=encoding, rate=rate, is_speech=is_speech,
-        hints=dict(hints) if hints else {},
+        hints=dict(hints) if hints else {}, video_frames=frames, video_error=frames_error,
     )
+
+
+def _video_frames(value: object) -> tuple[tuple[str, ...], str | None]:
+    """An append's camera frames, or why they are refused (the append's audio stands either way)."""
+    if value is None:
+        return (), None
+    if not isinstance(value, list):
+        return (), "'video_frames' must be a list of base64 JPEG or PNG images"
+    frames = [frame for frame in value if frame is not None]
+    if len(frames) > MAX_FRAMES_PER_APPEND:
+        return (), f"'video_frames' carries at most {MAX_FRAMES_PER_APPEND} frames per append"
+    for index, frame in enumerate(frames):
+        problem = check_picture(frame)
+        if problem is not None:
+            return (), f"'video_frames[{index}]': {problem}"
+    return tuple(str(frame) for frame in frames), None
 
 
 def _text_append(data: Mapping[str, object], event_id: str | None) -> Command:
@@ -314,6 +334,7 @@ def _item_create(data: Mapping[str, object], event_id: str | None) -> Command:
         name=spec.name,
         arguments=spec.arguments,
         output=spec.output,
+        images=spec.images,
     )
 
 
@@ -656,6 +677,8 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
     AudioDelta: lambda e, beta, sid: {
         **_scoped(e),
         "delta": base64.b64encode(e.audio).decode("ascii"),
+        # vLLM-Omni's duplex clients read each chunk's own format and rate (and warn without them).
+        "format": e.encoding.value,
         "sample_rate_hz": e.rate,
     },
     AudioDone: lambda e, beta, sid: _scoped(e),
@@ -688,6 +711,7 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
         "total_ms": e.total_ms,
         "stages": [{"name": name, "ms": ms} for name, ms in e.stages],
     },
+    InputIgnored: lambda e, beta, sid: {"input": e.input, "engine": e.engine, "message": e.message},
     HeartbeatAck: lambda e, beta, sid: {"session_id": e.session_id},
     SessionClosed: lambda e, beta, sid: {"session_id": e.session_id, "reason": e.reason},
     SessionClosing: lambda e, beta, sid: {"reason": e.reason, "grace_s": e.grace_s},

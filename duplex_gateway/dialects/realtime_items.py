@@ -7,6 +7,8 @@ Items come in with ``conversation.item.create`` and in ``response.create``'s
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Mapping
 
 from duplex_gateway.commands import ItemSpec
@@ -21,9 +23,14 @@ from duplex_gateway.dialects.fields import (
 )
 from duplex_gateway.events import ConversationItem
 
-__all__ = ["parse_item", "render_item"]
+__all__ = ["MAX_FRAMES_PER_APPEND", "check_picture", "parse_item", "render_item"]
 
 _TEXT_PARTS = ("input_text", "text", "output_text")
+#: vLLM-Omni's bounds on a picture (a camera frame or an ``input_image``), which its
+#: models are built for: at most two frames per append, each at most 4 MB of base64.
+MAX_FRAMES_PER_APPEND = 2
+_MAX_PICTURE_CHARS = 4_000_000
+_IMAGE_URL_PREFIXES = ("data:image/jpeg;base64,", "data:image/png;base64,")
 _ROLES = ("user", "assistant", "system")
 _KINDS = ("message", "function_call", "function_call_output")
 #: A function's arguments or output: generous, but bounded like every other field.
@@ -58,14 +65,47 @@ def parse_item(item: Mapping[str, object], path: str, *, references: bool = Fals
     if not isinstance(content, list) or not content:
         raise invalid(join(path, "content"), f"'{join(path, 'content')}' must be a non-empty list")
     texts: list[str] = []
+    images: list[str] = []
     for index, part in enumerate(content):
         part_path = f"{path}.content[{index}]"
         part = as_object(part, part_path)
         part_type = as_str(get_field(part, "type", part_path, required=True), join(part_path, "type"))
+        if part_type == "input_image" and role == "user":
+            images.append(_image_url(part, part_path))
+            continue
         if part_type not in _TEXT_PARTS:
-            raise invalid(join(part_path, "type"), f"content type {part_type[:64]!r} is not supported (text only)")
+            raise invalid(
+                join(part_path, "type"), f"content type {part_type[:64]!r} is not supported (text and user images)"
+            )
         texts.append(as_str(get_field(part, "text", part_path, required=True), join(part_path, "text")))
-    return ItemSpec(kind="message", item_id=item_id, role=role, text="\n".join(texts))
+    return ItemSpec(kind="message", item_id=item_id, role=role, text="\n".join(texts), images=tuple(images))
+
+
+def _image_url(part: Mapping[str, object], path: str) -> str:
+    """An ``input_image`` part's picture: a JPEG or PNG data URL (OpenAI's ``image_url``)."""
+    param = join(path, "image_url")
+    url = as_str(get_field(part, "image_url", path, required=True), param)
+    if not url.startswith(_IMAGE_URL_PREFIXES):
+        raise invalid(param, f"'{param}' must be a JPEG or PNG base64 data URL (data:image/jpeg;base64,...)")
+    problem = check_picture(url.split(",", 1)[1])
+    if problem is not None:
+        raise invalid(param, f"'{param}': {problem}")
+    return url
+
+
+def check_picture(data: object) -> str | None:
+    """Why ``data`` is not a picture an engine can take (base64 JPEG or PNG); None if it is."""
+    if not isinstance(data, str) or not data:
+        return "a picture must be a non-empty base64 string"
+    if len(data) > _MAX_PICTURE_CHARS:
+        return f"a picture is at most {_MAX_PICTURE_CHARS} characters of base64"
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return "a picture must be valid base64"
+    if not raw.startswith((b"\xff\xd8", b"\x89PNG")):
+        return "a picture must be a JPEG or PNG image"
+    return None
 
 
 def _bounded(value: object, param: str) -> str:
@@ -103,7 +143,10 @@ def render_item(item: ConversationItem, *, beta: bool) -> JsonObject:
     elif item.content_type in ("input_audio", "audio", "output_audio"):
         content.append({"type": "input_audio", "transcript": item.transcript})
     else:
-        content.append({"type": "input_text", "text": item.text or ""})
+        if item.text or not item.images:
+            content.append({"type": "input_text", "text": item.text or ""})
+        # The pictures went to the engine; the item says they are there without sending them back.
+        content.extend({"type": "input_image"} for _ in range(item.images))
     return {
         "id": item.id,
         "object": "realtime.item",

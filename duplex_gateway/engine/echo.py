@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 from duplex_gateway.engine import port
 from duplex_gateway.engine.event_queue import EngineEventQueue
@@ -38,7 +38,12 @@ class EchoSession(port.EngineSession):
         self._closed = False
 
     async def append_audio(
-        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+        self,
+        pcm: bytes,
+        *,
+        is_speech: bool | None = None,
+        hints: Mapping[str, object] | None = None,
+        video_frames: Sequence[str] = (),
     ) -> None:
         # The client's chunk hints are not read: this engine hears the audio itself.
         self._turn += pcm
@@ -60,7 +65,9 @@ class EchoSession(port.EngineSession):
         if response_id is not None:
             await self.create_response(response_id=response_id, instructions=None)
 
-    async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
+    async def add_item(
+        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None, images: Sequence[str] = ()
+    ) -> None:
         # Text has no audio to echo; the loopback only repeats sound.
         return None
 

@@ -8,7 +8,7 @@ the gateway's audio layer converts to and from each client's wire format.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -72,6 +72,11 @@ class EngineCapabilities:
     #: choice), ``voice``, ``max_output_tokens``, ``input`` (a context of its own instead of
     #: the conversation).
     response_options: frozenset[str] = frozenset()
+    #: The engine sees camera frames sent with caller audio (vLLM-Omni's ``video_frames``,
+    #: which MiniCPM-o 4.5 takes); other engines get the audio alone.
+    video_input: bool = False
+    #: The engine takes pictures in user messages (Realtime ``input_image`` parts).
+    image_input: bool = False
 
     def as_pairs(self) -> tuple[tuple[str, object], ...]:
         return (
@@ -86,6 +91,8 @@ class EngineCapabilities:
             ("function_calling", self.tools),
             ("out_of_band_responses", self.out_of_band),
             ("response_options", sorted(self.response_options)),
+            ("video_input", self.video_input),
+            ("image_input", self.image_input),
         )
 
 
@@ -348,13 +355,20 @@ class EngineSession(abc.ABC):
 
     @abc.abstractmethod
     async def append_audio(
-        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+        self,
+        pcm: bytes,
+        *,
+        is_speech: bool | None = None,
+        hints: Mapping[str, object] | None = None,
+        video_frames: Sequence[str] = (),
     ) -> None:
         """Caller audio, PCM16 mono at the engine's input rate.
 
         ``is_speech`` and ``hints`` are what the client said about the chunk
         (vLLM-Omni's per-chunk hints: its own speech flag, RMS, VAD scores ...);
-        engines that have no use for them ignore them.
+        engines that have no use for them ignore them. ``video_frames``: camera
+        frames (base64 JPEG or PNG) taken while this audio was spoken; only engines
+        with ``video_input`` get any.
         """
 
     @abc.abstractmethod
@@ -378,10 +392,14 @@ class EngineSession(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
+    async def add_item(
+        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None, images: Sequence[str] = ()
+    ) -> None:
         """A text message the client added to the conversation.
 
         ``previous_item_id`` places it: after that item, first for ``"root"``, last for None.
+        ``images``: a user message's pictures (JPEG or PNG data URLs); only engines with
+        ``image_input`` get any.
         """
 
     async def add_function_call(

@@ -60,7 +60,7 @@ import logging
 import os
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -72,6 +72,7 @@ from duplex_gateway.audio.format import Encoding
 from duplex_gateway.audio.resample import StreamResampler
 from duplex_gateway.engine import port
 from duplex_gateway.engine.omni_fields import PendingUpdates, changed_fields, omni_session_fields
+from duplex_gateway.engine.omni_items import message_item
 from duplex_gateway.engine.omni_tools import (
     FunctionCalls,
     function_call_item,
@@ -307,7 +308,12 @@ class VllmOmniSession(port.EngineSession):
     # -- port calls -----------------------------------------------------------------------
 
     async def append_audio(
-        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+        self,
+        pcm: bytes,
+        *,
+        is_speech: bool | None = None,
+        hints: Mapping[str, object] | None = None,
+        video_frames: Sequence[str] = (),
     ) -> None:
         # A reply nobody reported on is acknowledged at the commit, not here: the caller may
         # still report (or truncate) it while speaking.
@@ -315,7 +321,8 @@ class VllmOmniSession(port.EngineSession):
             # Gateway VAD (or the client's commits) decides turns: all audio handed over is the turn's.
             is_speech = True
         await self._handle.append_audio(
-            pcm, format="pcm16", sample_rate_hz=self._input_rate, is_speech=is_speech, hints=hints
+            pcm, format="pcm16", sample_rate_hz=self._input_rate, is_speech=is_speech, hints=hints,
+            video_frames=tuple(video_frames),
         )
 
     async def commit(
@@ -339,9 +346,10 @@ class VllmOmniSession(port.EngineSession):
             self._engine.commit_command(final=final, create_response=create, item_id=item_id, is_speech=is_speech)
         )
 
-    async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
-        content_type = "output_text" if role == "assistant" else "input_text"
-        item = {"id": item_id, "type": "message", "role": role, "content": [{"type": content_type, "text": text}]}
+    async def add_item(
+        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None, images: Sequence[str] = ()
+    ) -> None:
+        item = message_item(item_id=item_id, role=role, text=text, images=images)
         await self._handle.create_item(item, previous_item_id=previous_item_id)
         self._added_items.add(item_id)
 
@@ -890,10 +898,14 @@ class VllmOmniEngine(port.Engine):
             logger.warning("vLLM-Omni did not report its duplex capabilities: %s", exc)
             return caps
         limit = engine_max if self._gateway_max_sessions is None else min(engine_max, self._gateway_max_sessions)
+        accepts = getattr(duplex_caps, "accepts_input_modality", None)
         return replace(
             caps,
             barge_in=bool(getattr(duplex_caps, "supports_barge_in", caps.barge_in)),
             max_sessions=limit,
+            # What the model sees, as it declares it: MiniCPM-o takes camera frames with its audio.
+            video_input=bool(accepts("video")) if callable(accepts) else False,
+            image_input=bool(getattr(duplex_caps, "supports_image_input", False)),
         )
 
     async def open_session(self, session_id: str, config: SessionConfig) -> port.EngineSession:

@@ -59,7 +59,7 @@ import importlib
 import itertools
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -241,7 +241,12 @@ class VllmOmniStreamSession(port.EngineSession):
     # -- port calls -----------------------------------------------------------------------
 
     async def append_audio(
-        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+        self,
+        pcm: bytes,
+        *,
+        is_speech: bool | None = None,
+        hints: Mapping[str, object] | None = None,
+        video_frames: Sequence[str] = (),
     ) -> None:
         # The client's chunk hints are not read: this engine hears the audio itself.
         if self._closed or not pcm:
@@ -268,7 +273,9 @@ class VllmOmniStreamSession(port.EngineSession):
         if response_id is not None:
             await self._answer(response_id)
 
-    async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
+    async def add_item(
+        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None, images: Sequence[str] = ()
+    ) -> None:
         message = _Message(role=role, text=text, item_id=item_id)
         index = next((i for i, m in enumerate(self._history) if m.item_id == previous_item_id), None)
         if previous_item_id is not None and index is not None:

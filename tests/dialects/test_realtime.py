@@ -70,6 +70,7 @@ from duplex_gateway.events import (
     InputAudioCleared,
     InputAudioCommitted,
     InputAudioTimeoutTriggered,
+    InputIgnored,
     InputTranscriptionCompleted,
     InputTranscriptionDelta,
     InputTranscriptionFailed,
@@ -567,13 +568,116 @@ def test_append_hints() -> None:
         ({"is_speech": "yes"}, ErrorCode.INVALID_VALUE, "is_speech"),
         ({"duration_ms": -5}, ErrorCode.INVALID_VALUE, "duration_ms"),
         ({"hints": [1]}, ErrorCode.INVALID_VALUE, "hints"),
-        ({"video_frames": ["AAAA"]}, ErrorCode.INVALID_VALUE, "video_frames"),
     ],
 )
 def test_append_bad_hints(fields: dict[str, object], code: ErrorCode, param: str) -> None:
     with pytest.raises(ProtocolError) as info:
         parse({"type": "input_audio_buffer.append", "audio": "AAAA", **fields})
     assert (info.value.code, info.value.param) == (code, param)
+
+
+#: The smallest pictures with a JPEG and a PNG signature, base64 (what the dialect checks).
+JPEG_B64 = base64.b64encode(b"\xff\xd8\xff\xe0" + bytes(16)).decode()
+PNG_B64 = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(16)).decode()
+
+
+def test_append_keeps_its_audio_and_carries_its_video_frames() -> None:
+    # vLLM-Omni's benchmark clients send a camera frame with the second of audio it was taken in.
+    command = parse(
+        {
+            "type": "input_audio_buffer.append",
+            "audio": "AAAA",
+            "input_audio_format": "pcm16",
+            "sample_rate_hz": 16000,
+            "duration_ms": 200,
+            "audio_end_ms": 600,
+            "video_frames": [JPEG_B64, PNG_B64],
+        }
+    )
+    assert command == InputAudioAppend(audio=b"\0\0\0", rate=16000, video_frames=(JPEG_B64, PNG_B64))
+    assert parse({"type": "input_audio_buffer.append", "audio": "AAAA", "video_frames": []}) == InputAudioAppend(
+        audio=b"\0\0\0"
+    )
+
+
+@pytest.mark.parametrize(
+    ("frames", "problem"),
+    [
+        ("AAAA", "must be a list"),
+        (["AAAA"], "JPEG or PNG"),
+        ([JPEG_B64, JPEG_B64, JPEG_B64], "at most 2 frames"),
+        (["not base64!"], "valid base64"),
+        ([""], "non-empty"),
+        ([7], "non-empty base64 string"),
+    ],
+)
+def test_append_with_bad_video_frames_keeps_its_audio(frames: object, problem: str) -> None:
+    # Frames that cannot be used cost the frames, never the caller's audio beside them.
+    command = parse({"type": "input_audio_buffer.append", "audio": "AAAA", "video_frames": frames})
+    assert isinstance(command, InputAudioAppend)
+    assert (command.audio, command.video_frames) == (b"\0\0\0", ())
+    assert command.video_error is not None and problem in command.video_error
+
+
+def test_item_create_with_input_image() -> None:
+    url = f"data:image/jpeg;base64,{JPEG_B64}"
+    command = parse(
+        {
+            "type": "conversation.item.create",
+            "item": {
+                "type": "message",
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "what is this?"},
+                    {"type": "input_image", "image_url": url, "detail": "auto"},
+                ],
+            },
+        }
+    )
+    assert isinstance(command, ConversationItemCreate)
+    assert (command.text, command.images) == ("what is this?", (url,))
+    only_image = parse(
+        {"type": "conversation.item.create", "item": {"role": "user", "content": [{"type": "input_image", "image_url": url}]}}
+    )
+    assert isinstance(only_image, ConversationItemCreate) and (only_image.text, only_image.images) == ("", (url,))
+
+
+@pytest.mark.parametrize(
+    ("part", "code"),
+    [
+        ({"type": "input_image"}, ErrorCode.MISSING_FIELD),
+        ({"type": "input_image", "image_url": "https://example.com/cat.jpg"}, ErrorCode.INVALID_VALUE),
+        ({"type": "input_image", "image_url": "data:image/jpeg;base64,AAAA"}, ErrorCode.INVALID_VALUE),
+    ],
+)
+def test_item_create_with_a_bad_input_image(part: dict[str, object], code: ErrorCode) -> None:
+    error = error_of({"type": "conversation.item.create", "item": {"role": "user", "content": [part]}})
+    assert (error.code, error.param) == (code, "item.content[0].image_url")
+    # Pictures are the caller's input: an assistant message cannot hold one.
+    assistant = {"type": "input_image", "image_url": f"data:image/png;base64,{PNG_B64}"}
+    error = error_of({"type": "conversation.item.create", "item": {"role": "assistant", "content": [assistant]}})
+    assert (error.code, error.param) == (ErrorCode.INVALID_VALUE, "item.content[0].type")
+
+
+def test_user_item_with_images_renders_its_image_parts() -> None:
+    item = ConversationItem(id="item_1", role="user", content_type="input_text", text="look", images=1)
+    assert realtime.render_item(item, beta=False)["content"] == [
+        {"type": "input_text", "text": "look"}, {"type": "input_image"}
+    ]
+    picture_only = replace(item, text="")
+    assert realtime.render_item(picture_only, beta=False)["content"] == [{"type": "input_image"}]
+
+
+def test_input_ignored_renders_once_told() -> None:
+    event = InputIgnored(input="video_frames", engine="echo", message="not used")
+    assert ga(event) == {
+        "type": "input.ignored",
+        "event_id": "evt_3",
+        "server_event_seq": 3,
+        "input": "video_frames",
+        "engine": "echo",
+        "message": "not used",
+    }
 
 
 def test_duplex_input_events() -> None:
@@ -1252,6 +1356,7 @@ SAMPLES: list[ServerEvent] = [
     OutputAudioCleared(response_id=None),
     PlaybackAcknowledged(response_id="resp_1", played_ms=500, produced_ms=1200),
     HeartbeatAck(session_id="sess_1"),
+    InputIgnored(input="video_frames", engine="echo", message="the echo engine does not use camera frames"),
     SessionClosed(session_id="sess_1", reason="client_close"),
     SessionClosing(reason="server_shutdown", grace_s=20.0),
     ResponseListen(response_id=None, reason="silence_or_noise"),
@@ -1430,9 +1535,13 @@ def test_audio_delta_ga_and_beta() -> None:
         "output_index": 1,
         "content_index": 0,
         "delta": base64.b64encode(b"\xff\x00").decode(),
+        # vLLM-Omni's AudioDelta.to_realtime() names each chunk's format beside its rate.
+        "format": "pcm16",
         "sample_rate_hz": 16000,
     }
     assert ga(event) == expected
+    ulaw = replace(event, encoding=Encoding.G711_ULAW, rate=8000, encoded=True)
+    assert (ga(ulaw)["format"], ga(ulaw)["sample_rate_hz"]) == ("g711_ulaw", 8000)
     assert render(event, beta=True) == {**expected, "type": "response.audio.delta"}
 
 

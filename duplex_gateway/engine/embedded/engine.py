@@ -25,7 +25,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Final, ParamSpec, TypeVar
@@ -140,7 +140,12 @@ class EmbeddedSession(port.EngineSession):
     # -- caller input ----------------------------------------------------------------
 
     async def append_audio(
-        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+        self,
+        pcm: bytes,
+        *,
+        is_speech: bool | None = None,
+        hints: Mapping[str, object] | None = None,
+        video_frames: Sequence[str] = (),
     ) -> None:
         # The client's chunk hints are not read: this engine hears the audio itself.
         if self._closed or not pcm:
@@ -215,7 +220,9 @@ class EmbeddedSession(port.EngineSession):
         if response_id is not None:
             await self.create_response(response_id=response_id, instructions=None)
 
-    async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
+    async def add_item(
+        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None, images: Sequence[str] = ()
+    ) -> None:
         # A user item is answered like a heard turn by the next reply; system and assistant
         # items are context for the language model (the offline responder reads only the last input).
         self._history.add(Message(item_id=item_id, role=role, text=text), previous_item_id)

@@ -106,6 +106,9 @@ class RemoteEngine(port.Engine):
             # Session tools go to the backend and its calls come back; vLLM-Omni's
             # response.create takes no per-reply voice or token limit, so none is claimed.
             tools=True,
+            # Camera frames and pictures go to the backend, whose model takes them or says not.
+            video_input=True,
+            image_input=True,
         )
         self._sessions: dict[str, RemoteSession] = {}
         self._health_task: asyncio.Task[None] | None = None

@@ -41,7 +41,7 @@ import io
 import itertools
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +53,7 @@ from duplex_gateway.audio.format import Encoding
 from duplex_gateway.audio.resample import StreamResampler
 from duplex_gateway.engine import port
 from duplex_gateway.engine.omni_fields import changed_fields, omni_session_fields
+from duplex_gateway.engine.omni_items import message_item
 from duplex_gateway.engine.omni_tools import (
     FunctionCalls,
     function_call_item,
@@ -368,7 +369,12 @@ class BackendWire:
         return out
 
     def append_audio(
-        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+        self,
+        pcm: bytes,
+        *,
+        is_speech: bool | None = None,
+        hints: Mapping[str, object] | None = None,
+        video_frames: Sequence[str] = (),
     ) -> list[JsonObject]:
         # A reply nobody reported on is acknowledged at the commit, not here: the caller may
         # still report (or truncate) it while speaking.
@@ -377,6 +383,9 @@ class BackendWire:
             extra["is_speech"] = is_speech
         if hints:
             extra["hints"] = dict(hints)
+        if video_frames:
+            # Camera frames ride the audio they were taken with, as vLLM-Omni's clients send them.
+            extra["video_frames"] = list(video_frames)
         return [
             self._event(
                 "input_audio_buffer.append",
@@ -435,10 +444,9 @@ class BackendWire:
         return [self._event("turn.signal", event=event, payload=dict(payload))]
 
     def add_item(
-        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None
+        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None, images: Sequence[str] = ()
     ) -> list[JsonObject]:
-        part = "output_text" if role == "assistant" else "input_text"
-        item = {"id": item_id, "type": "message", "role": role, "content": [{"type": part, "text": text}]}
+        item = message_item(item_id=item_id, role=role, text=text, images=images)
         self._added_items.add(item_id)
         placement: JsonObject = {"previous_item_id": previous_item_id} if previous_item_id is not None else {}
         return [self._event("conversation.item.create", item=item, **placement)]

@@ -21,7 +21,7 @@ import contextlib
 import json
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,10 +228,15 @@ class RemoteSession(port.EngineSession):
     # -- port calls -------------------------------------------------------------------------
 
     async def append_audio(
-        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+        self,
+        pcm: bytes,
+        *,
+        is_speech: bool | None = None,
+        hints: Mapping[str, object] | None = None,
+        video_frames: Sequence[str] = (),
     ) -> None:
         if pcm:
-            await self._send(self._wire.append_audio(pcm, is_speech=is_speech, hints=hints))
+            await self._send(self._wire.append_audio(pcm, is_speech=is_speech, hints=hints, video_frames=video_frames))
 
     async def commit(
         self,
@@ -259,8 +264,12 @@ class RemoteSession(port.EngineSession):
     async def signal_turn(self, event: str, payload: Mapping[str, object]) -> None:
         await self._send(self._wire.signal_turn(event, payload))
 
-    async def add_item(self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None) -> None:
-        await self._send(self._wire.add_item(item_id=item_id, role=role, text=text, previous_item_id=previous_item_id))
+    async def add_item(
+        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None, images: Sequence[str] = ()
+    ) -> None:
+        await self._send(self._wire.add_item(
+            item_id=item_id, role=role, text=text, previous_item_id=previous_item_id, images=images
+        ))
 
     async def add_function_call(
         self, *, item_id: str, call_id: str, name: str, arguments: str, previous_item_id: str | None = None
