@@ -65,7 +65,6 @@ from duplex_gateway.resume import Journal, ResumeRegistry, new_resume_token
 from duplex_gateway.session import (
     AcknowledgeEvents,
     AppendAudio,
-    CallerPaused,
     CloseSession,
     CommitInput,
     EngineCall,
@@ -780,8 +779,11 @@ class Connection:
             if isinstance(call, UpdateEngine):  # no engine session to refuse it
                 self._apply(self.session.engine_updated(call))
             return
-        if isinstance(call, CommitInput | CallerPaused) and self._input is not None:
-            # The resampler holds back the last few ms the caller said; the engine needs them now.
+        if isinstance(call, CommitInput) and self._input is not None:
+            # The resampler holds back the last few ms of the turn; the engine needs them now. Not at
+            # a pause: the caller goes on, and a flush there would end the filter's stream mid-turn,
+            # leaving a step in the audio of every turn the caller paused in (the early
+            # transcription a pause starts can do without the few ms of quiet still held back).
             tail = self._input.flush()
             if tail:
                 self._recorder.caller_audio(tail)
