@@ -37,6 +37,7 @@ from duplex_gateway.telephony.hangup import HangupOutcome, hang_up
 from duplex_gateway.telephony.registry import DetectingCarrier, carrier_for
 from duplex_gateway.telephony.webhooks import signature_checks, webhook_routes
 from duplex_gateway.transport import Socket
+from duplex_gateway.vad import SileroVad
 
 __all__ = ["create_app", "session_defaults"]
 
@@ -306,6 +307,8 @@ class _Gateway:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        # Every session runs the VAD: loaded before the app serves, so /readyz is never ready without it.
+        await asyncio.to_thread(SileroVad.shared)
         await self.engine.start()
         logger.info("engine %s ready", self.engine.capabilities.name)
         audiosocket: AudioSocketServer | None = None

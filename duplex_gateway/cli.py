@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import logging
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -94,18 +97,22 @@ def _call(args: argparse.Namespace) -> int:
     import asyncio
     from pathlib import Path
 
-    from duplex_gateway.call import OUTPUT_RATE, call, write_wav
+    from duplex_gateway.call import OUTPUT_RATE, CallError, call, check_output_path, write_wav
 
     try:
+        # Checked before the call, not after it: where the reply goes (the call reads the file first).
+        if args.out:
+            check_output_path(Path(args.out))
         result = asyncio.run(call(args.url, Path(args.wav), api_key=args.api_key, timeout_s=args.timeout))
-    except (OSError, RuntimeError, TimeoutError) as exc:
-        print(f"duplex-gateway call: {exc or type(exc).__name__}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # noqa: BLE001 - the WebSocket library's failures, reported plainly
-        print(f"duplex-gateway call: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except CallError as exc:
+        print(f"duplex-gateway call: {exc}", file=sys.stderr)
         return 1
     if args.out:
-        write_wav(Path(args.out), result.reply_audio, OUTPUT_RATE)
+        try:
+            write_wav(Path(args.out), result.reply_audio, OUTPUT_RATE)
+        except (OSError, RuntimeError) as exc:  # soundfile's errors are RuntimeErrors
+            print(f"duplex-gateway call: cannot write {args.out}: {exc}", file=sys.stderr)
+            return 1
         print(f"reply audio written to {args.out}")
     return 0 if result.response_status == "completed" else 1
 
@@ -120,6 +127,7 @@ def _serve(args: argparse.Namespace) -> int:
     from duplex_gateway.engine.registry import UnknownEngine, build_engine
     from duplex_gateway.http_timeouts import head_timeout_protocol
     from duplex_gateway.logs import configure_logging
+    from duplex_gateway.vad import SileroVad
     from duplex_gateway.ws_protocol import stuck_client_protocol
 
     try:
@@ -152,10 +160,23 @@ def _serve(args: argparse.Namespace) -> int:
         if (path := getattr(server, name)) and not Path(path).is_file():
             print(f"duplex-gateway: server.{name}: no such file: {path}", file=sys.stderr)
             return 2
+    # The port first, before any model loads: a port in use is said at once, in one line.
+    listener = _listen(server.host, server.port)
+    if isinstance(listener, str):
+        print(f"duplex-gateway: {listener}", file=sys.stderr)
+        return 2
+    # Every session runs the VAD: a gateway that cannot load it must not start (and say ready).
+    try:
+        SileroVad.shared()
+    except Exception as exc:  # noqa: BLE001 - a missing or broken file, an onnxruntime that cannot load it
+        listener.close()
+        print(f"duplex-gateway: cannot load the voice activity model: {exc}", file=sys.stderr)
+        return 2
     configure_logging(server.log_level, server.log_format)
     try:
         app = create_app(settings, engine)
     except ConfigError as exc:  # e.g. a carrier's key that is well formed but of the wrong kind
+        listener.close()
         print(f"duplex-gateway: {exc}", file=sys.stderr)
         return 2
 
@@ -199,12 +220,50 @@ def _serve(args: argparse.Namespace) -> int:
     # uvicorn raises the signal that stopped it again once it is done, to the handler found at
     # start: these make a drained stop exit 0 instead of dying of that signal.
     previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGTERM, signal.SIGINT)}
+    scheme = "https" if server.ssl_certfile else "http"
+    host = f"[{server.host}]" if ":" in server.host else server.host
+    # uvicorn says where it listens only for sockets it binds itself.
+    logging.getLogger("duplex_gateway").info(
+        "listening on %s://%s:%d once the engine is ready", scheme, host, listener.getsockname()[1]
+    )
     try:
-        GatewayServer(config).run()
+        GatewayServer(config).run(sockets=[listener])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket | str:
+    """A socket bound to ``host:port`` for uvicorn to listen on, or why there is none, in words.
+
+    Bound as uvicorn binds (``SO_REUSEADDR``), but here, before the engine loads its models.
+    Connections are refused until uvicorn listens on it, once the engine is ready.
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        return f"cannot listen on {host}: {exc.strerror} (server.host / --host)"
+    listener = socket.socket(family, kind, proto)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind(address)
+    except OSError as exc:
+        listener.close()
+        if exc.errno == errno.EADDRINUSE:
+            return (
+                f"port {port} on {host} is already in use (is a gateway already running?): "
+                "stop what listens there or choose another --port"
+            )
+        if exc.errno == errno.EACCES:
+            return f"port {port} on {host} needs privileges this user lacks: choose a port above 1023 (--port)"
+        if exc.errno == errno.EADDRNOTAVAIL:
+            return f"cannot listen on {host}: no such address on this machine (server.host / --host)"
+        return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    listener.set_inheritable(True)
+    return listener
 
 
 def _stopped(sig: int, frame: object) -> None:

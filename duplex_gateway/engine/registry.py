@@ -59,7 +59,14 @@ def _embedded_chat(settings: GatewaySettings) -> ChatSettings | None:
 def _embedded(settings: GatewaySettings) -> Engine:
     # Before its import: the engine's package imports httpx2, and its start loads the speech models.
     require("embedded", "engine embedded (the CPU speech engine)")
-    from duplex_gateway.engine.embedded import EmbeddedEngine
+    from duplex_gateway.engine.embedded import EmbeddedEngine, default_voice_paths, whisper_model_path
+
+    try:
+        # Found now, loaded by the engine's start: a broken install is refused before the port opens.
+        whisper_model_path()
+        default_voice_paths()
+    except FileNotFoundError as exc:
+        raise ConfigError(f"engine embedded: {exc}") from None
 
     embedded = settings.engine.embedded
     limit = settings.limits.max_sessions

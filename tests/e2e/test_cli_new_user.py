@@ -3,12 +3,16 @@
 Runs the installed console script (``.venv/bin/duplex-gateway``) with no config file,
 streams a WAV read with soundfile (pcm16, 16 kHz, as recorded) and checks the echo:
 the reply is the caller's own speech, resampled to the session's 24 kHz output.
-Also: a config file with a typo makes ``serve`` exit non-zero and name the key.
+Also: a config file with a typo makes ``serve`` exit non-zero and name the key; a port in use is
+said in one line before any model loads; ``call`` says in one line, before it connects where it
+can, that its file is missing or not audio, that ``--out`` cannot be written, that the file holds
+no speech (closing the session so the gateway keeps none for a resume) or that nothing listens.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 from pathlib import Path
 
@@ -165,3 +169,82 @@ def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
     assert proc.returncode != 0
     stderr = proc.stderr.decode(errors="replace")
     assert str(missing) in stderr and "Traceback" not in stderr, stderr
+
+
+def _one_line_failure(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """The single stderr line a failed command printed; it names every needle, and no traceback."""
+    assert proc.returncode != 0, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def _run(args: list[str], cwd: Path = REPO, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(CONSOLE_SCRIPT), *args], cwd=cwd, env=gateway_env(), capture_output=True, text=True,
+        timeout=timeout, stdin=subprocess.DEVNULL, check=False,
+    )
+
+
+def test_serve_on_a_port_in_use_says_so_before_loading_anything() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # The default engine (embedded) takes seconds to load its models: none of it may run first.
+        proc = _run(["serve", "--port", str(port), "--host", "127.0.0.1"])
+    _one_line_failure(proc, f"port {port}", "already in use", "--port")
+    assert "INFO" not in proc.stderr
+
+
+def test_call_reports_bad_files_before_it_connects(tmp_path: Path) -> None:
+    (tmp_path / "notes.wav").write_text("not audio", encoding="utf-8")
+    sf.write(tmp_path / "ok.wav", np.zeros(1600, np.int16), 16000, subtype="PCM_16")
+    # Nothing listens at this URL: a message about the file proves the call checked it first.
+    url = f"ws://127.0.0.1:{free_port()}/v1/realtime"
+    cases = {
+        "nope.wav": (["nope.wav"], ["no such file", "nope.wav"]),
+        "not audio": (["notes.wav"], ["cannot read notes.wav as audio", "Format not recognised"]),
+        "a folder": ([str(tmp_path)], ["is a folder"]),
+        "--out into a missing folder": (["ok.wav", "--out", "missing/reply.wav"], ["missing/reply.wav", "no folder"]),
+        "nothing listening": (["ok.wav"], ["cannot reach the gateway", url, "is it running"]),
+    }
+    for name, (args, needles) in cases.items():
+        proc = _run(["call", *args, "--url", url, "--timeout", "10"], cwd=tmp_path)
+        try:
+            _one_line_failure(proc, *needles)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {exc}") from None
+    assert not (tmp_path / "missing").exists()
+
+
+async def test_call_on_a_file_without_speech_ends_at_once_and_leaves_no_session(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    # Resumable sessions, as by default: a call that only drops its socket would stay parked 30 s.
+    gw = gateway_factory.start({"limits": {"resume_grace_s": 30}}, name="call-no-speech")
+    noise = np.random.default_rng(7).normal(0, 30, 16000 * 2).astype(np.int16)  # 2 s of faint hiss
+    sf.write(tmp_path / "quiet.wav", noise, 16000, subtype="PCM_16")
+    proc = await asyncio.to_thread(
+        _run, ["call", "quiet.wav", "--url", f"{gw.ws_url}/v1/realtime", "--timeout", "60"], tmp_path, 60
+    )
+    line = _one_line_failure(proc, "no speech heard in quiet.wav")
+    assert "2.0 s of audio" in line, line
+    body = await gw.wait_sessions(0, timeout=5)
+    assert body["sessions"] == 0
+    assert "client_closed (1000)" in gw.stderr()
+
+
+async def test_call_saves_the_reply(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
+    gw = gateway_factory.start({"engine": {"name": "echo"}}, name="call-reply")
+    pcm, rate = sf.read(SPEECH_WAV, dtype="int16")
+    sf.write(tmp_path / "hello.wav", pcm, rate, subtype="PCM_16")
+    proc = await asyncio.to_thread(
+        _run, ["call", "hello.wav", "--url", f"{gw.ws_url}/v1/realtime", "--out", "reply.wav"], tmp_path, 60
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "reply completed" in proc.stdout and "reply audio written to reply.wav" in proc.stdout
+    reply, reply_rate = sf.read(tmp_path / "reply.wav", dtype="int16")
+    assert reply_rate == 24000 and len(reply) > reply_rate, (reply_rate, len(reply))
