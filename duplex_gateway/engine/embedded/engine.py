@@ -197,14 +197,13 @@ class EmbeddedSession(port.EngineSession):
     ) -> None:
         if self._closed:
             return
-        pcm = bytes(self._turn)
-        early = self._reusable_early(pcm)
+        early, pcm = self._reusable_early(bytes(self._turn))
         logger.debug(
             "session %s commit %s: %s", self._session_id, item_id,
             "reusing the transcription started at the pause" if early else "transcribing now",
         )
         if early is None and self._early is not None:
-            self._early[1].cancel()  # the caller spoke after the pause: not worth finishing
+            self._early[1].cancel()  # not reused (the caller went on, or it is still queued): not worth finishing
         self._turn.clear()
         self._turn_total = 0
         self._early = None
@@ -249,20 +248,27 @@ class EmbeddedSession(port.EngineSession):
         self._early = None
         self._restart_partials()
 
-    def _reusable_early(self, pcm: bytes) -> asyncio.Future[str] | None:
-        """The pause-time transcription, if everything the caller sent after it is quiet."""
+    def _reusable_early(self, pcm: bytes) -> tuple[asyncio.Future[str] | None, bytes]:
+        """The pause-time transcription if it can stand for the turn ``pcm``, and the audio to transcribe.
+
+        When everything the caller sent after the pause is quiet, the turn's words ended there,
+        and a transcription made now gets the very audio the pause-time one got: Whisper's
+        words shift with the length of the silence after them, so otherwise a turn's text
+        would depend on whether its guess had started by the commit, which is a matter of load.
+        """
         if self._early is None:
-            return None
+            return None, pcm
         covered, early, job = self._early
+        tail_bytes = self._turn_total - covered
+        if tail_bytes > len(pcm) or (tail_bytes and not _is_quiet_tail(pcm, tail_bytes)):
+            return None, pcm  # the caller spoke again after the pause
+        heard = pcm[: len(pcm) - tail_bytes]
         if not job.running() and not job.done():
             # Still queued behind other callers' guesses: a committed turn goes ahead of them.
-            return None
-        tail_bytes = self._turn_total - covered
-        if tail_bytes > len(pcm) or (early.done() and (early.cancelled() or early.exception() is not None)):
-            return None
-        if tail_bytes and not _is_quiet_tail(pcm, tail_bytes):
-            return None  # the caller spoke again after the pause
-        return early
+            return None, heard
+        if early.done() and (early.cancelled() or early.exception() is not None):
+            return None, heard
+        return early, heard
 
     # -- replies -----------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
@@ -565,3 +566,48 @@ async def test_a_turn_the_recognizer_fails_on_is_reported_and_still_answered(
     # The caller is told the turn was not caught, instead of silence.
     assert seen[-1] == port.EngineResponseDone(response_id="resp_f1", status="completed")
     assert DIDNT_CATCH.split()[0].lower() in reply_text(seen).lower()
+
+
+class HeldTranscriber:
+    """The shared Whisper recognizer, recording the audio of each call; the first call waits for ``release``."""
+
+    def __init__(self, engine: EmbeddedEngine) -> None:
+        self.heard: list[bytes] = []
+        self.release = threading.Event()
+        self._real = engine.models.final.transcribe
+
+    def __call__(self, pcm: Any, **options: Any) -> str:
+        if not self.heard:
+            self.heard.append(bytes(pcm))
+            self.release.wait(20)
+        else:
+            self.heard.append(bytes(pcm))
+        return self._real(pcm, **options)  # type: ignore[no-any-return]
+
+
+async def test_a_turn_is_transcribed_from_the_same_audio_whether_or_not_its_pause_guess_had_started(
+    engine: EmbeddedEngine, speech_pcm: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whisper's words shift with the silence after them: the commit must not hand it more than the pause did."""
+    held = HeldTranscriber(engine)
+    monkeypatch.setattr(engine.models.final, "transcribe", held)
+    async with opened(engine, "busy") as other, opened(engine, "queued") as session:
+        # Another caller's pause-time guess holds the one thread such guesses may take ...
+        await speak(other, speech_pcm, pace_s=0)
+        await other.caller_paused()
+        async with asyncio.timeout(10):
+            while not held.heard:
+                await asyncio.sleep(0.01)
+        # ... so this caller's guess is still queued when its silence ends the turn.
+        await speak(session, speech_pcm, pace_s=0)
+        await session.caller_paused()
+        await speak(session, bytes(CHUNK * 5), pace_s=0)
+        await session.commit(item_id="item_q", response_id=None)
+        held.release.set()
+        seen: list[port.EngineEvent] = []
+        while not any(isinstance(e, port.EngineInputTranscript) and e.final for e in seen):
+            seen += await read_until(session.events(), port.EngineInputTranscript)
+    final = next(e for e in seen if isinstance(e, port.EngineInputTranscript) and e.final)
+    assert wer(SPEECH_TEXT, final.text) <= 0.25, final.text
+    # The guess was dropped unstarted; the turn was transcribed from the audio it would have had.
+    assert held.heard[1:] == [speech_pcm], [len(pcm) for pcm in held.heard]
