@@ -58,7 +58,7 @@ def _embedded_chat(settings: GatewaySettings) -> ChatSettings | None:
 
 def _embedded(settings: GatewaySettings) -> Engine:
     # Before its import: the engine's package imports httpx2, and its start loads the speech models.
-    require("embedded", "engine embedded (the CPU speech engine)")
+    require("embedded", "engine embedded (the CPU speech engine; engines echo and remote need no extra)")
     from duplex_gateway.engine.embedded import EmbeddedEngine, default_voice_paths, whisper_model_path
 
     try:
