@@ -1208,6 +1208,8 @@ const insecureContext = insecureContextProblem();
 /** A getUserMedia / AudioContext failure, in words that say the fix. */
 function microphoneProblem(err) {
   switch (err?.name) {
+    case 'PageServerUnreachable':
+      return `Cannot reach the gateway at ${err.origin}: the page could not load its audio code from it. Check that the gateway is running, then press Connect.`;
     case 'NotAllowedError':
     case 'SecurityError':
       return 'The browser blocked the microphone: allow the microphone for this page (the icon at the left of the address bar, or the site settings), then press Connect.';

@@ -10,6 +10,7 @@ fake microphone, a real gateway; any console error fails a test), with the brows
 * a key with a space, "/" and "=" (not a subprotocol token): sent encoded, accepted end to end;
 * a full gateway (``limits.max_sessions: 1``): "the gateway is full, try again later", no retry;
 * an unreachable URL: a countdown that counts, a Retry button, and the attempts stop;
+* the gateway stopped after the page loaded: "cannot reach the gateway", not a busy microphone;
 * the gateway serving https/wss itself (``serve --ssl-certfile/--ssl-keyfile``), used from a
   non-localhost name.
 
@@ -449,6 +450,25 @@ def test_unreachable_url_counts_down_offers_retry_and_stops(echo_gateway: Gatewa
         browser.wait("window.__demo.stats.state === 'connected'", 15, "connected after Retry")
         assert page.locator("#status-bar").is_hidden()
         _disconnect(browser)
+
+
+#: What Chromium logs for the page's own requests to a gateway that has stopped.
+BROWSER_GATEWAY_GONE = re.compile(r"^Failed to load resource: net::ERR_CONNECTION_REFUSED|" + BROWSER_WS_FAILURE.pattern)
+
+
+def test_stopped_gateway_is_said_to_be_unreachable_not_a_busy_microphone(
+    echo_gateway: Gateway, tmp_path: Path
+) -> None:
+    with browser_at(tmp_path, echo_gateway.base_url + "/", allowed_errors=BROWSER_GATEWAY_GONE) as browser:
+        page = browser.page
+        echo_gateway.stop()  # the page stays open, as after Ctrl-C on the gateway
+        page.get_by_role("button", name="Connect").click()
+        browser.wait("document.getElementById('status-bar').innerText.includes('Cannot reach the gateway')", 15,
+                     "the gateway named unreachable")
+        text = browser.notice()
+        assert f"Cannot reach the gateway at {echo_gateway.base_url}" in text, text
+        assert "microphone" not in text.lower() and "another application" not in text, text
+        _status_next_to_connect(page)
 
 
 def test_serve_refuses_missing_or_lone_tls_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,6 +7,15 @@
 
 const WORKLETS = ['capture-processor.js', 'playback-processor.js'];
 
+/** The worklets could not be loaded from the server that served the page (a gateway since stopped). */
+export class PageServerUnreachable extends Error {
+  constructor(origin, cause) {
+    super(`could not load the audio worklets from ${origin}`, { cause });
+    this.name = 'PageServerUnreachable';
+    this.origin = origin;
+  }
+}
+
 export class AudioIO {
   /**
    * @param {object} handlers
@@ -39,7 +48,13 @@ export class AudioIO {
     const ctx = new AudioContext({ latencyHint: 'interactive' });
     this.ctx = ctx;
     const base = new URL('../worklets/', import.meta.url);
-    await Promise.all(WORKLETS.map((name) => ctx.audioWorklet.addModule(new URL(name, base))));
+    try {
+      await Promise.all(WORKLETS.map((name) => ctx.audioWorklet.addModule(new URL(name, base))));
+    } catch (err) {
+      // Chrome reports a module it could not fetch as an AbortError, the name it also gives a
+      // microphone held by another program: say which it was before the microphone is asked for.
+      throw new PageServerUnreachable(base.origin, err);
+    }
     // No outputs: the capture node is a sink, so Chrome pulls it without a path to the speakers.
     this.capture = new AudioWorkletNode(ctx, 'capture-processor', {
       numberOfInputs: 1,
