@@ -8,8 +8,10 @@ survives) or, when ``close_code`` is set, a close with that documented code.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from types import MappingProxyType
 
-__all__ = ["CloseCode", "ErrorCode", "ProtocolError", "error_type_for"]
+__all__ = ["OPENAI_MESSAGES", "CloseCode", "ErrorCode", "ProtocolError", "error_type_for", "openai_message"]
 
 
 class ErrorCode(enum.StrEnum):
@@ -34,6 +36,9 @@ class ErrorCode(enum.StrEnum):
     RESPONSE_ALREADY_ACTIVE = "conversation_already_has_active_response"
     RESPONSE_NOT_ACTIVE = "response_cancel_not_active"
     ITEM_NOT_FOUND = "item_not_found"
+    ITEM_RETRIEVE_INVALID_ITEM_ID = "item_retrieve_invalid_item_id"
+    ITEM_DELETE_INVALID_ITEM_ID = "item_delete_invalid_item_id"
+    ITEM_TRUNCATE_INVALID_ITEM_ID = "item_truncate_invalid_item_id"
     AUDIO_END_OUT_OF_RANGE = "invalid_audio_end_ms"
     MESSAGE_TOO_LARGE = "message_too_large"
     INPUT_RATE_EXCEEDED = "input_rate_exceeded"
@@ -50,6 +55,28 @@ class ErrorCode(enum.StrEnum):
     ENGINE_ERROR = "engine_error"
     ENGINE_UNAVAILABLE = "engine_unavailable"
     INTERNAL_ERROR = "internal_error"
+
+
+#: The errors OpenAI's Realtime server defines that the gateway sends too: OpenAI's code and the
+#: start of OpenAI's message. Clients match on that text (LiveKit's plugin drops a cancel that raced
+#: the server's own only when the message starts "Cancellation failed"; others look for "Conversation
+#: already has an active response" or "Error committing input audio buffer"; Pipecat fails a pending
+#: ``conversation.item.retrieve`` only on ``item_retrieve_invalid_item_id``), so every message the
+#: gateway sends with one of these codes begins with it (:func:`openai_message`).
+OPENAI_MESSAGES: Mapping[ErrorCode, str] = MappingProxyType({
+    ErrorCode.INPUT_AUDIO_BUFFER_EMPTY: "Error committing input audio buffer: buffer too small.",
+    ErrorCode.RESPONSE_ALREADY_ACTIVE: "Conversation already has an active response in progress:",
+    ErrorCode.RESPONSE_NOT_ACTIVE: "Cancellation failed: no active response found",
+    ErrorCode.ITEM_RETRIEVE_INVALID_ITEM_ID: "Error retrieving item:",
+    ErrorCode.ITEM_DELETE_INVALID_ITEM_ID: "Error deleting item:",
+    ErrorCode.ITEM_TRUNCATE_INVALID_ITEM_ID: "Error truncating item:",
+})
+
+
+def openai_message(code: ErrorCode, detail: str = "") -> str:
+    """The message for ``code``: OpenAI's words (see :data:`OPENAI_MESSAGES`), then ``detail``."""
+    head = OPENAI_MESSAGES[code]
+    return f"{head} {detail}" if detail else head
 
 
 _SERVER_SIDE = {

@@ -24,7 +24,7 @@ from duplex_gateway import commands as cmd
 from duplex_gateway import events as ev
 from duplex_gateway.audio.format import AudioFormat
 from duplex_gateway.engine import port
-from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError
+from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError, openai_message
 from duplex_gateway.reply_options import check_session_tools, reply_options
 from duplex_gateway.session_calls import (
     AcknowledgeEvents,
@@ -518,13 +518,12 @@ class Session:
         if self._buffered_ms <= 0.0 and not self._buffered_text:
             if command.is_speech is False:
                 return []  # vLLM-Omni takes a commit of nothing but declared silence without a word
-            raise ProtocolError(ErrorCode.INPUT_AUDIO_BUFFER_EMPTY, "the input audio buffer is empty")
-        if command.create_response and self.response_active:
             raise ProtocolError(
-                ErrorCode.RESPONSE_ALREADY_ACTIVE,
-                f"response {self._active_id()} is still in progress; cancel it first",
-                param="response_create",
+                ErrorCode.INPUT_AUDIO_BUFFER_EMPTY,
+                openai_message(ErrorCode.INPUT_AUDIO_BUFFER_EMPTY, "No audio was appended since the last commit."),
             )
+        if command.create_response and self.response_active:
+            raise self._already_active(param="response_create")
         if command.create_response:
             create = True
         elif self.engine_turns:
@@ -558,16 +557,17 @@ class Session:
         if self.transcribing_only:
             raise self._never_replies()
         if self.response_active and not command.out_of_band:
-            raise ProtocolError(
-                ErrorCode.RESPONSE_ALREADY_ACTIVE,
-                f"response {self._active_id()} is still in progress; cancel it first",
-            )
+            raise self._already_active()
         options = reply_options(command, self.config, self.capabilities, self._find_item)
         if command.out_of_band:
             if len(self._side) >= MAX_SIDE_RESPONSES:
                 raise ProtocolError(
                     ErrorCode.RESPONSE_ALREADY_ACTIVE,
-                    f"{MAX_SIDE_RESPONSES} out-of-band responses are in progress; wait for one to finish",
+                    openai_message(
+                        ErrorCode.RESPONSE_ALREADY_ACTIVE,
+                        f"{', '.join(self._side)}. At most {MAX_SIDE_RESPONSES} out-of-band responses run "
+                        "at once; wait until one is finished before creating another.",
+                    ),
                 )
             response = _Response(
                 id=self._new_id("resp"), modalities=options.modalities, requested_at=self._clock,
@@ -583,6 +583,16 @@ class Session:
             ev.ResponseCreated(response_id=response.id, metadata=command.metadata, out_of_band=command.out_of_band),
         ]
 
+    def _already_active(self, param: str | None = None) -> ProtocolError:
+        return ProtocolError(
+            ErrorCode.RESPONSE_ALREADY_ACTIVE,
+            openai_message(
+                ErrorCode.RESPONSE_ALREADY_ACTIVE,
+                f"{self._active_id()}. Wait until the response is finished before creating a new one.",
+            ),
+            param=param,
+        )
+
     def _find_item(self, item_id: str) -> ev.ConversationItem | None:
         record = self._items.get(item_id)
         return record.item if record is not None else None
@@ -595,9 +605,12 @@ class Session:
         if active is None or (command.response_id is not None and command.response_id != active):
             raise ProtocolError(
                 ErrorCode.RESPONSE_NOT_ACTIVE,
-                "no response is in progress"
+                openai_message(ErrorCode.RESPONSE_NOT_ACTIVE)
                 if active is None
-                else f"response {command.response_id} is not the active response",
+                else openai_message(
+                    ErrorCode.RESPONSE_NOT_ACTIVE,
+                    f"with id {command.response_id} (the active response is {active}).",
+                ),
                 param="response_id",
             )
         return self._cancel("client_cancelled")
@@ -677,6 +690,8 @@ class Session:
         return self._insert(record, None if after == "root" else after)
 
     def _on_truncate(self, command: cmd.ConversationItemTruncate, now: float) -> list[Output]:
+        if command.item_id not in self._items:
+            raise _no_such_item(ErrorCode.ITEM_TRUNCATE_INVALID_ITEM_ID, command.item_id)
         record = self._assistant_item(command.item_id)
         if command.content_index != 0:
             raise ProtocolError(
@@ -704,7 +719,7 @@ class Session:
     def _on_item_delete(self, command: cmd.ConversationItemDelete, now: float) -> list[Output]:
         item_id = command.item_id
         if item_id not in self._items:
-            raise ProtocolError(ErrorCode.ITEM_NOT_FOUND, f"no item {item_id}", param="item_id")
+            raise _no_such_item(ErrorCode.ITEM_DELETE_INVALID_ITEM_ID, item_id)
         outputs: list[Output] = []
         if self._response is not None and self._response.item_id == item_id:
             # The reply being spoken loses its item: it cannot go on.
@@ -727,7 +742,7 @@ class Session:
     def _on_item_retrieve(self, command: cmd.ConversationItemRetrieve, now: float) -> list[Output]:
         record = self._items.get(command.item_id)
         if record is None:
-            raise ProtocolError(ErrorCode.ITEM_NOT_FOUND, f"no item {command.item_id}", param="item_id")
+            raise _no_such_item(ErrorCode.ITEM_RETRIEVE_INVALID_ITEM_ID, command.item_id)
         return [ev.ConversationItemRetrieved(item=record.item)]
 
     def _on_playback_ack(self, command: cmd.PlaybackAck, now: float) -> list[Output]:
@@ -1450,6 +1465,13 @@ class Session:
     @staticmethod
     def _error(exc: ProtocolError) -> ev.ErrorEvent:
         return ev.ErrorEvent(code=exc.code, message=exc.message, event_id=exc.event_id, param=exc.param)
+
+
+def _no_such_item(code: ErrorCode, item_id: str) -> ProtocolError:
+    """OpenAI's error for a retrieve, delete or truncate naming an item the conversation lacks."""
+    return ProtocolError(
+        code, openai_message(code, f"the item with id '{item_id[:64]}' does not exist."), param="item_id"
+    )
 
 
 def _heard_words(record: _Item, heard_ms: float | None) -> str:

@@ -529,7 +529,7 @@ def test_truncate_within_and_beyond_produced_audio() -> None:
     out = s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=-1), now=0)
     assert out[0].code is ErrorCode.AUDIO_END_OUT_OF_RANGE and out[0].param == "audio_end_ms"  # type: ignore[union-attr]
     out = s.receive(cmd.ConversationItemTruncate(item_id="missing", content_index=0, audio_end_ms=1), now=0)
-    assert out[0].code is ErrorCode.ITEM_NOT_FOUND  # type: ignore[union-attr]
+    assert out[0].code is ErrorCode.ITEM_TRUNCATE_INVALID_ITEM_ID  # type: ignore[union-attr]
 
 
 def test_truncate_of_the_playing_reply_cancels_it() -> None:
@@ -552,7 +552,7 @@ def test_item_create_retrieve_delete() -> None:
     out = s.receive(cmd.ConversationItemRetrieve(item_id="i1"), now=0)
     assert out[0].item.text == "hello"  # type: ignore[union-attr]
     assert types(s.receive(cmd.ConversationItemDelete(item_id="i1"), now=0)) == ["DeleteItem", "conversation.item.deleted"]
-    assert s.receive(cmd.ConversationItemDelete(item_id="i1"), now=0)[0].code is ErrorCode.ITEM_NOT_FOUND  # type: ignore[union-attr]
+    assert s.receive(cmd.ConversationItemDelete(item_id="i1"), now=0)[0].code is ErrorCode.ITEM_DELETE_INVALID_ITEM_ID  # type: ignore[union-attr]
     dup = s.receive(cmd.ConversationItemCreate(item_id=None, role="robot", text="x"), now=0)
     assert dup[0].code is ErrorCode.INVALID_VALUE  # type: ignore[union-attr]
 
@@ -561,7 +561,7 @@ def test_item_history_is_bounded() -> None:
     s = make()
     for i in range(session_module.MAX_ITEMS + 10):
         s.receive(cmd.ConversationItemCreate(item_id=f"i{i}", role="user", text="x"), now=0)
-    assert s.receive(cmd.ConversationItemRetrieve(item_id="i0"), now=0)[0].code is ErrorCode.ITEM_NOT_FOUND  # type: ignore[union-attr]
+    assert s.receive(cmd.ConversationItemRetrieve(item_id="i0"), now=0)[0].code is ErrorCode.ITEM_RETRIEVE_INVALID_ITEM_ID  # type: ignore[union-attr]
 
 
 # -- engine-side turns, transcripts, errors, close --------------------------------------

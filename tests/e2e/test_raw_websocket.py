@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from duplex_gateway.errors import OPENAI_MESSAGES, ErrorCode
 from tests.e2e.helpers import (
     EventLog,
     Gateway,
@@ -446,7 +447,7 @@ async def test_conversation_items_create_retrieve_delete(gw: Gateway) -> None:
             ws, {"type": "conversation.item.retrieve", "event_id": "evt_gone", "item_id": "item_user_1"}
         )
         _, err = await log.wait_for("error", 5, start=mark)
-        assert (err["error"]["code"], err["error"]["event_id"]) == ("item_not_found", "evt_gone")
+        assert (err["error"]["code"], err["error"]["event_id"]) == ("item_retrieve_invalid_item_id", "evt_gone")
         await assert_alive(ws, log)
 
 
@@ -625,8 +626,20 @@ BAD_INPUT: list[tuple[str, str | bytes | dict[str, Any], str, str | None]] = [
             "content_index": 0,
             "audio_end_ms": 0,
         },
-        "item_not_found",
+        "item_truncate_invalid_item_id",
         "evt_ti",
+    ),
+    (
+        "delete_unknown_item",
+        {"type": "conversation.item.delete", "event_id": "evt_di", "item_id": "item_nope"},
+        "item_delete_invalid_item_id",
+        "evt_di",
+    ),
+    (
+        "retrieve_unknown_item",
+        {"type": "conversation.item.retrieve", "event_id": "evt_ri", "item_id": "item_nope"},
+        "item_retrieve_invalid_item_id",
+        "evt_ri",
     ),
     (
         "negative_played_ms",
@@ -660,6 +673,8 @@ async def test_bad_input_is_an_error_event_and_the_session_survives(
         assert err["error"]["event_id"] == event_id, err
         assert err["error"]["type"] == "invalid_request_error", err
         assert err["error"]["message"]
+        # Where OpenAI defines the error, its words begin the message (clients match on them).
+        assert err["error"]["message"].startswith(OPENAI_MESSAGES.get(ErrorCode(code), "")), err
         await assert_alive(ws, log)
         assert len(errors(log, start)) == 1, errors(log, start)
         # Still a working session: audio is accepted and committed.

@@ -223,7 +223,7 @@ async def test_an_out_of_band_reply_runs_beside_the_reply_in_progress(gateway: G
             item_id = next(iter(side_items))
             await ws.send(json.dumps({"type": "conversation.item.retrieve", "item_id": item_id}))
             _, error = await log.wait_for("error", 10)
-            assert error["error"]["code"] == "item_not_found"
+            assert error["error"]["code"] == "item_retrieve_invalid_item_id"
             for event in log.events:
                 validate_server_event(event)
         finally:
