@@ -16,6 +16,10 @@ queued, all in one go. Keepalive pings and the hard frame-size limit are the
 server's (uvicorn); idle timeout, maximum session duration and the soft
 message-size limit live here.
 
+The client's events are answered in the order it sent them, as OpenAI's server
+answers them: after a ``session.update`` the reader takes the next message only
+once the engine has answered the update (bounded; see ``_settle_updates``).
+
 Input backpressure: the reader takes the next message from the socket only
 after the previous one has gone through the input stage, and, while more caller
 audio is waiting for the engine than the link's high water mark, only once the
@@ -160,6 +164,11 @@ class Connection:
         # Work the last step left for the reader: audio to convert, an engine to open.
         self._pending_input: list[ProcessInput] = []
         self._pending_open: SessionConfig | None = None
+        # session.update calls the engine has not answered yet; the reader holds the client's
+        # next event until they are settled (see _settle_updates).
+        self._updates_pending = 0
+        self._updates_settled = asyncio.Event()
+        self._updates_settled.set()
         # The session's own clock-driven work (Session.next_timer), e.g. idle_timeout_ms.
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
@@ -514,9 +523,39 @@ class Connection:
                 self._apply(self.session.engine_opened())
         while self._pending_input:
             await self._process_input(self._pending_input.pop(0))
+        if self._updates_pending:
+            await self._settle_updates()
         link = self._link
         if link is not None and link.backlogged:
             await link.drained()
+
+    async def _settle_updates(self) -> None:
+        """Hold the client's next event until the engine has answered its ``session.update``.
+
+        OpenAI's server handles a connection's events in order: the update's answer
+        (``session.updated``, which waits for the engine, or its error) comes before the
+        answer to anything sent after it, and a ``response.create`` right behind it (as
+        Pipecat sends one) is made with the updated session. The engine link times the
+        update out after ``engine_timeout_s`` once it is made; this wait also covers the
+        calls queued ahead of it, and when even that runs out the client is told, and the
+        events after the update are handled while it is still on its way.
+        """
+        bound = 2 * self._limits.engine_timeout_s
+        try:
+            async with asyncio.timeout(bound):
+                await self._updates_settled.wait()
+        except TimeoutError:
+            self._emit(ev.ErrorEvent(
+                code=ErrorCode.ENGINE_ERROR,
+                message=f"the engine has not answered the session update in {bound:g} s; "
+                "the events sent after it are handled before it",
+                param="session",
+            ))
+
+    def _update_settled(self) -> None:
+        self._updates_pending = max(0, self._updates_pending - 1)
+        if not self._updates_pending:
+            self._updates_settled.set()
 
     async def _process_input(self, chunk: ProcessInput) -> None:
         stage = self._input_stage(chunk.format)
@@ -656,6 +695,9 @@ class Connection:
         link, self._link = self._link, None
         if link is not None:
             await link.close()
+            # The calls still queued are dropped with the link: nothing waits for their answers.
+            self._updates_pending = 0
+            self._updates_settled.set()
             reason = self._closing.reason if self._closing else "disconnected"
             try:
                 with self._metrics.timed_call("close_session"):
@@ -719,14 +761,18 @@ class Connection:
     def _engine_call_done(self, call: EngineCall) -> None:
         if isinstance(call, UpdateEngine):
             self._apply(self.session.engine_updated(call))
+            self._update_settled()
 
     def _engine_call_failed(self, call: EngineCall, exc: BaseException) -> None:
         if isinstance(call, UpdateEngine):
             if isinstance(exc, port.EngineRefused):
                 code, message = exc.code, exc.message
+            elif isinstance(exc, TimeoutError):
+                code, message = "engine_error", f"no answer in {self._limits.engine_timeout_s:g} s"
             else:
                 code, message = "engine_error", f"the engine failed: {type(exc).__name__}"
             self._apply(self.session.engine_update_refused(call, code=code, message=message))
+            self._update_settled()
             return
         if isinstance(exc, port.EngineRefused):
             # The engine turned this one call down (e.g. a kind of input it does not take).
@@ -788,6 +834,9 @@ class Connection:
             if tail:
                 self._recorder.caller_audio(tail)
                 link.submit(AppendAudio(pcm=tail))
+        if isinstance(call, UpdateEngine):
+            self._updates_pending += 1
+            self._updates_settled.clear()
         link.submit(call)
 
     def _input_stage(self, chunk_format: AudioFormat | None = None) -> InputStage:

@@ -571,12 +571,14 @@ class GatedUpdates(EchoEngine):
     def __init__(self) -> None:
         super().__init__(rate=RATE, pace=0.0, chunk_ms=100)
         self.gate = asyncio.Event()
+        self.asked = asyncio.Event()
         self.updates: list[SessionConfig] = []
 
     async def open_session(self, session_id: str, config: SessionConfig) -> port.EngineSession:
         session = await super().open_session(session_id, config)
 
         async def update(new: SessionConfig) -> None:
+            self.asked.set()
             await self.gate.wait()
             self.updates.append(new)
             if new.voice != config.voice:
@@ -594,10 +596,13 @@ async def test_session_updated_follows_the_engine_and_a_refusal_is_an_error(harn
     await socket.wait_for("session.created")
     socket.push({"type": "session.update", "session": {"temperature": 0.5}})
     socket.push({"type": "session.heartbeat"})
-    await socket.wait_for("session.heartbeat_ack")
-    assert "session.updated" not in socket.types()  # the engine has not taken it yet
+    await engine.asked.wait()
+    await asyncio.sleep(0.05)  # time enough for an answer that does not wait for the engine
+    # The engine has not taken the update yet: neither it nor what came after is answered.
+    assert "session.updated" not in socket.types() and "session.heartbeat_ack" not in socket.types()
     engine.gate.set()
     index = await socket.wait_for("session.updated")
+    assert await socket.wait_for("session.heartbeat_ack") == index + 1
     assert engine.updates[-1].temperature == 0.5
     assert socket.events[index]["session"]["temperature"] == 0.5
 
@@ -606,6 +611,80 @@ async def test_session_updated_follows_the_engine_and_a_refusal_is_an_error(harn
     assert error["error"]["event_id"] == "evt_voice"
     assert "voice_update_after_audio_unsupported" in error["error"]["message"]
     assert socket.types(index + 1).count("session.updated") == 0
+
+
+async def test_a_response_asked_for_behind_an_update_is_answered_after_it_with_the_updated_session(
+    harness: Harness,
+) -> None:
+    # Pipecat sets up a conversation with session.update and response.create back to back.
+    socket = FakeSocket()
+    engine = GatedUpdates()
+    await engine.start()
+    harness.connect(socket, engine)
+    await socket.wait_for("session.created")
+    socket.push({"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}})
+    socket.push({"type": "response.create"})
+    await engine.asked.wait()
+    await asyncio.sleep(0.05)
+    assert "response.created" not in socket.types()
+    engine.gate.set()
+    created = await socket.wait_for("response.created")
+    assert socket.types().index("session.updated") < created
+    response_id = socket.events[created]["response"]["id"]
+    done = await socket.wait_for(done_of(response_id), created)
+    # The reply is in text, as the update said: no audio of it.
+    assert "response.output_text.delta" in socket.types(created)[: done - created]
+    assert "response.output_audio.delta" not in socket.types(created)
+    assert socket.errors() == []
+
+
+async def test_a_response_asked_for_behind_a_refused_update_is_made_with_the_session_as_it_was(
+    harness: Harness,
+) -> None:
+    socket = FakeSocket()
+    engine = GatedUpdates()
+    engine.gate.set()
+    await engine.start()
+    harness.connect(socket, engine)
+    await socket.wait_for("session.created")
+    socket.push({"type": "session.update", "session": {"type": "realtime", "voice": "nova"}})
+    socket.push({"type": "response.create"})
+    created = await socket.wait_for("response.created")
+    assert "error" in socket.types()[:created]  # the refusal comes first
+    assert "session.updated" not in socket.types()
+
+
+class SilentUpdates(EchoEngine):
+    """The echo engine, its sessions never answering an update."""
+
+    def __init__(self) -> None:
+        super().__init__(rate=RATE, pace=0.0, chunk_ms=100)
+
+    async def open_session(self, session_id: str, config: SessionConfig) -> port.EngineSession:
+        session = await super().open_session(session_id, config)
+
+        async def update(new: SessionConfig) -> None:
+            await asyncio.Event().wait()
+
+        session.update = update  # type: ignore[method-assign]
+        return session
+
+
+async def test_an_update_the_engine_never_answers_holds_what_follows_for_a_bounded_time(
+    harness: Harness,
+) -> None:
+    socket = FakeSocket()
+    engine = SilentUpdates()
+    await engine.start()
+    harness.connect(socket, engine, **{"limits.engine_timeout_s": 0.2})
+    await socket.wait_for("session.created")
+    socket.push({"type": "session.update", "event_id": "evt_update", "session": {"instructions": "Be brief."}})
+    socket.push({"type": "response.create"})
+    created = await socket.wait_for("response.created")
+    (error,) = [e for e in socket.events[:created] if e["type"] == "error"]
+    assert error["error"]["event_id"] == "evt_update"
+    assert "no answer in 0.2 s" in error["error"]["message"]
+    assert "session.updated" not in socket.types()
 
 
 # ---------------------------------------------------------------------------------------
