@@ -16,6 +16,7 @@ from duplex_gateway.errors import ErrorCode, ProtocolError
 
 __all__ = [
     "CLOSING_EVENT",
+    "EAGERNESS",
     "INCLUDABLE",
     "LATENCY_EVENT",
     "UNSET",
@@ -68,6 +69,10 @@ CLOSING_EVENT = "session.closing"
 #: What ``session.include`` may name: OpenAI's transcription log-probabilities (accepted; the
 #: engines report none) and the gateway's extension events.
 INCLUDABLE = ("item.input_audio_transcription.logprobs", LATENCY_EVENT, CLOSING_EVENT)
+
+
+#: ``semantic_vad.eagerness`` values, as OpenAI defines them.
+EAGERNESS = ("low", "medium", "high", "auto")
 
 
 class TurnDetectionMode(enum.StrEnum):
@@ -145,8 +150,17 @@ class TurnDetection:
     create_response: bool = True
     interrupt_response: bool = True
     idle_timeout_ms: int | None = None
+    #: ``semantic_vad``'s ``eagerness``, echoed as the client sent it (the gateway's turn
+    #: detector finds the end of a turn the same way whatever it says).
+    eagerness: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.eagerness not in EAGERNESS:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE,
+                f"turn_detection.eagerness must be one of {', '.join(EAGERNESS)}",
+                param="turn_detection.eagerness",
+            )
         if not 0.0 < self.threshold < 1.0:
             raise ProtocolError(
                 ErrorCode.INVALID_VALUE,

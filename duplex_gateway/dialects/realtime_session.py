@@ -203,7 +203,8 @@ def parse_turn_detection(value: object, path: str) -> TurnDetection | None:
             kwargs[key] = as_bool(obj[key], join(path, key))
     if obj.get("idle_timeout_ms") is not None:
         kwargs["idle_timeout_ms"] = as_ms(obj["idle_timeout_ms"], join(path, "idle_timeout_ms"))
-    # ``eagerness`` (semantic_vad) is accepted and ignored.
+    if obj.get("eagerness") is not None:
+        kwargs["eagerness"] = as_str(obj["eagerness"], join(path, "eagerness"))
     try:
         return TurnDetection(**kwargs)
     except ProtocolError as exc:
@@ -218,7 +219,7 @@ def turn_detection_object(td: TurnDetection | None) -> JsonObject | None:
     if td.mode is TurnDetectionMode.SEMANTIC_VAD:
         return {
             "type": td.mode.value,
-            "eagerness": "auto",
+            "eagerness": td.eagerness,
             "create_response": td.create_response,
             "interrupt_response": td.interrupt_response,
         }

@@ -398,7 +398,7 @@ def test_format_rates() -> None:
         ({"type": "server_vad", "idle_timeout_ms": None}, TurnDetection()),
         (
             {"type": "semantic_vad", "eagerness": "high", "create_response": False},
-            TurnDetection(mode=TurnDetectionMode.SEMANTIC_VAD, create_response=False),
+            TurnDetection(mode=TurnDetectionMode.SEMANTIC_VAD, create_response=False, eagerness="high"),
         ),
         ({"type": "semantic_vad"}, TurnDetection(mode=TurnDetectionMode.SEMANTIC_VAD)),
     ],
@@ -1897,6 +1897,23 @@ def test_semantic_vad_renders_in_openai_shape() -> None:
         "create_response": False,
         "interrupt_response": True,
     }
+
+
+def test_semantic_vad_eagerness_is_echoed_as_sent() -> None:
+    # LiveKit's realtime plugin sends eagerness "medium" by default and reads it back.
+    patch = patch_of({"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "medium"}}}})
+    config = SessionConfig().apply(patch)
+    for beta in (False, True):
+        session = session_payload(config, session_id="s", beta=beta)
+        td = session["turn_detection"] if beta else session["audio"]["input"]["turn_detection"]
+        assert td["eagerness"] == "medium"
+
+
+def test_semantic_vad_eagerness_outside_openai_values_is_refused() -> None:
+    with pytest.raises(ProtocolError) as err:
+        patch_of({"turn_detection": {"type": "semantic_vad", "eagerness": "eager"}})
+    assert err.value.code is ErrorCode.INVALID_VALUE
+    assert err.value.param is not None and err.value.param.endswith("turn_detection.eagerness")
 
 
 def test_render_rejects_unknown_event_classes() -> None:
