@@ -5,6 +5,10 @@ BIN := $(VENV)/bin
 # The vLLM-Omni stack's own virtualenv (see omni-venv below).
 OMNI_VENV ?= .venv-omni
 OMNI_BIN := $(OMNI_VENV)/bin
+# Outside clients whose pins clash with ours (Pipecat, LiveKit's realtime plugin), in their own
+# virtualenv (see peers-venv below).
+PEERS_VENV ?= .venv-peers
+PEERS_BIN := $(PEERS_VENV)/bin
 # The agents SDK's realtime client, driven end to end by the tests. Its releases for openai 3 cap
 # websockets below 17, which its client does not need (tests/e2e/test_openai_agents.py
 # runs it on 17), so it goes in without that metadata; its other dependencies are in
@@ -14,7 +18,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 CONFIG ?= configs/default.yaml
 
-.PHONY: run test bench clean omni-venv test-omni clean-omni fuzz soak reliability
+.PHONY: run test bench clean omni-venv test-omni clean-omni peers-venv test-peers clean-peers fuzz soak reliability
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,11 +38,12 @@ run: $(VENV)/.installed-run
 
 # The main suite, then the vLLM-Omni engines against the real vLLM-Omni code in its own
 # virtualenv (built once; later runs reuse it).
-test: $(VENV)/.installed-test $(OMNI_VENV)/.installed-gateway tests/browser/node_modules/.package-lock.json
+test: $(VENV)/.installed-test $(OMNI_VENV)/.installed-gateway $(PEERS_VENV)/.installed tests/browser/node_modules/.package-lock.json
 	$(BIN)/ruff check duplex_gateway tests
 	$(BIN)/mypy duplex_gateway
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
 	HF_HUB_OFFLINE=1 DUPLEX_GATEWAY_REQUIRE_OMNI=1 $(OMNI_BIN)/python -m pytest tests/omni
+	HF_HUB_OFFLINE=1 DUPLEX_GATEWAY_REQUIRE_PEERS=1 GATEWAY_PYTHON=$(BIN)/python $(PEERS_BIN)/python -m pytest tests/peers
 
 # axe-core for the browser accessibility test (its exact version is pinned in tests/browser/package-lock.json).
 tests/browser/node_modules/.package-lock.json: tests/browser/package.json tests/browser/package-lock.json
@@ -103,3 +108,20 @@ test-omni: $(OMNI_VENV)/.installed-gateway
 
 clean-omni:
 	rm -rf $(OMNI_VENV)
+
+# The outside clients tests/peers drives, every version pinned in requirements/peers.txt, built
+# once. Only the clients live here: the gateways those tests start run from $(VENV).
+$(PEERS_BIN)/python:
+	$(PYTHON) -m venv $(PEERS_VENV)
+
+$(PEERS_VENV)/.installed: requirements/peers.txt | $(PEERS_BIN)/python
+	$(PEERS_BIN)/python -m pip install -q -r requirements/peers.txt
+	touch $@
+
+peers-venv: $(PEERS_VENV)/.installed
+
+test-peers: $(VENV)/.installed-test $(PEERS_VENV)/.installed
+	HF_HUB_OFFLINE=1 DUPLEX_GATEWAY_REQUIRE_PEERS=1 GATEWAY_PYTHON=$(BIN)/python $(PEERS_BIN)/python -m pytest tests/peers
+
+clean-peers:
+	rm -rf $(PEERS_VENV)
