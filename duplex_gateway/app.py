@@ -34,6 +34,7 @@ from duplex_gateway.telephony.audiosocket import AudioSocketServer, start_audios
 from duplex_gateway.telephony.carrier import Carrier
 from duplex_gateway.telephony.dialect import CallDialect, CallProfile, CallSetup
 from duplex_gateway.telephony.hangup import HangupOutcome, hang_up
+from duplex_gateway.telephony.hangup import require_extras as require_hangup_extras
 from duplex_gateway.telephony.registry import DetectingCarrier, carrier_for
 from duplex_gateway.telephony.webhooks import signature_checks, webhook_routes
 from duplex_gateway.transport import Socket
@@ -356,6 +357,8 @@ def _with_session(defaults: SessionConfig, session: Mapping[str, object]) -> Ses
 
 def create_app(settings: GatewaySettings, engine: port.Engine) -> Starlette:
     """The gateway as an ASGI app serving ``engine``."""
+    # A configured carrier hang-up whose extra is missing is refused now, not when a call ends.
+    require_hangup_extras(settings.telephony)
     gateway = _Gateway(settings, engine)
     # Authentication, origins and connection limits, decided before any handler runs (duplex_gateway.auth).
     gate = Gate.from_settings(settings, signature_checks(settings))

@@ -72,7 +72,9 @@ def test_a_feature_without_its_extra_names_the_extra() -> None:
         "from duplex_gateway.engine.registry import build_engine\n"
         "from duplex_gateway.extras import MissingExtra\n"
         "for overrides in ({'engine.name': 'embedded'},\n"
-        "                  {'engine.name': 'echo', 'telephony.telnyx.public_key': 'A' * 43 + '='}):\n"
+        "                  {'engine.name': 'echo', 'telephony.telnyx.public_key': 'A' * 43 + '='},\n"
+        "                  {'engine.name': 'echo', 'telephony.twilio.account_sid': 'AC0',\n"
+        "                   'telephony.twilio.auth_token': 'secret'}):\n"
         "    settings = load_settings(None, **overrides)\n"
         "    try:\n"
         "        create_app(settings, build_engine(settings))\n"
@@ -80,6 +82,7 @@ def test_a_feature_without_its_extra_names_the_extra() -> None:
         "        print(exc.extra, '|', exc)\n"
     )
     lines = _run_without_extras(code).splitlines()
-    assert len(lines) == 2, lines
+    assert len(lines) == 3, lines
     assert lines[0].startswith("embedded | engine embedded") and "pip install 'duplex-gateway[embedded]'" in lines[0]
     assert lines[1].startswith("telephony | telephony.telnyx.public_key") and "[telephony]'" in lines[1]
+    assert lines[2].startswith("telephony | telephony.twilio's REST hang-up") and "[telephony]'" in lines[2]

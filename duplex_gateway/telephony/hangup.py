@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from duplex_gateway.config import GatewaySettings, TelephonySettings
-from duplex_gateway.extras import missing_modules
+from duplex_gateway.extras import missing_modules, require
 
 if TYPE_CHECKING:
     # httpx2 and cryptography come with the telephony extra; only a configured hang-up uses them.
     import httpx2
 
-__all__ = ["HangupOutcome", "HangupResult", "hang_up", "vonage_jwt"]
+__all__ = ["HangupOutcome", "HangupResult", "hang_up", "require_extras", "vonage_jwt"]
 
 #: How long a JWT minted for a Vonage hang-up is valid.
 _VONAGE_JWT_TTL_S = 900
@@ -113,6 +113,25 @@ def vonage_jwt(application_id: str, private_key_pem: bytes, *, now: float | None
     signing_input = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
     signature = key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
     return f"{signing_input}.{_b64url(signature)}"
+
+
+def require_extras(settings: TelephonySettings) -> None:
+    """:class:`~duplex_gateway.extras.MissingExtra` if a configured hang-up cannot run for want of the telephony extra.
+
+    Checked at start: a hang-up runs when the gateway ends a call, too late to learn its extra is missing.
+    """
+    tw, tx, pl, vo = settings.twilio, settings.telnyx, settings.plivo, settings.vonage
+    configured = {
+        "twilio": bool(tw.account_sid and tw.auth_token),
+        "telnyx": bool(tx.api_key),
+        "plivo": bool(pl.auth_id and pl.auth_token),
+        "vonage": bool(vo.jwt or (vo.application_id and vo.private_key_path)),
+    }
+    for carrier, on in configured.items():
+        if on:
+            require("telephony", f"telephony.{carrier}'s REST hang-up", ("httpx2",))
+    if vo.application_id and vo.private_key_path and not vo.jwt:
+        require("telephony", "telephony.vonage.private_key_path (Vonage's JWT)", ("cryptography",))
 
 
 def _without_extra(missing: tuple[str, ...]) -> str:
