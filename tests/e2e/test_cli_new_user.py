@@ -248,3 +248,17 @@ async def test_call_saves_the_reply(gateway_factory: GatewayFactory, tmp_path: P
     assert "reply completed" in proc.stdout and "reply audio written to reply.wav" in proc.stdout
     reply, reply_rate = sf.read(tmp_path / "reply.wav", dtype="int16")
     assert reply_rate == 24000 and len(reply) > reply_rate, (reply_rate, len(reply))
+
+
+async def test_call_commits_the_turn_itself_when_the_gateway_detects_none(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    gw = gateway_factory.start({"session": {"turn_detection": "none"}}, name="call-no-vad")
+    pcm, rate = sf.read(SPEECH_WAV, dtype="int16")
+    sf.write(tmp_path / "hello.wav", pcm, rate, subtype="PCM_16")
+    proc = await asyncio.to_thread(
+        _run, ["call", "hello.wav", "--url", f"{gw.ws_url}/v1/realtime", "--timeout", "30"], tmp_path, 60
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "reply completed" in proc.stdout, proc.stdout
+    await gw.wait_sessions(0)
