@@ -209,7 +209,7 @@ def _merge(first: AppendAudio, calls: deque[EngineCall]) -> AppendAudio:
     """``first`` and the appends right behind it in ``calls`` (taken out), as one append."""
     parts = [first.pcm]
     size = len(first.pcm)
-    frames: tuple[str, ...] = ()
+    frames = first.video_frames
     while not frames and calls and _mergeable(first, nxt := calls[0]):
         assert isinstance(nxt, AppendAudio)
         if size + len(nxt.pcm) > MAX_MERGED_AUDIO_BYTES:
