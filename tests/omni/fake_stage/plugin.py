@@ -178,6 +178,14 @@ class EchoPcmBuffer(PcmAppendBuffer):
         if len(raw) % 4:
             raise ValueError("float32 PCM length is not a multiple of 4")
         self.buffer.extend(raw)
+        frames = payload.get("video_frames")
+        if frames:
+            # Like MiniCPM-o, the model takes the camera frames that ride an append; tests see how many.
+            from tests.omni.fake_stage.stage import CallLog
+
+            CallLog(os.environ.get("FAKE_OMNI_CALL_LOG") or None).write(
+                "video_frames", frames=len(frames) if isinstance(frames, list) else 0, audio_bytes=len(raw)
+            )
         return None
 
     def prepare_commit(self, *, operation_id: str, chunk_period_ms: int) -> PcmAppendReservation:
