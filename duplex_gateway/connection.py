@@ -96,6 +96,14 @@ INPUT_SLICE_MS = 100
 ENGINE_BACKLOG_MS = 2_000
 
 
+def _duration(seconds: float) -> str:
+    """``seconds`` in OpenAI's words for a session's maximum duration (``60 minutes``)."""
+    if seconds >= 60 and seconds % 60 == 0:
+        minutes = int(seconds // 60)
+        return f"{minutes} minute{'s' if minutes != 1 else ''}"
+    return f"{seconds:g} seconds"
+
+
 class _Outcome(enum.Enum):
     """How a socket's time with a session ended."""
 
@@ -475,7 +483,7 @@ class Connection:
                     message = await attachment.socket.receive()
             except TimeoutError:
                 if loop.time() >= self._deadline:
-                    self._expire(CloseCode.MAX_DURATION, "the session reached its maximum duration")
+                    self._expire(CloseCode.MAX_DURATION, f"of {_duration(self._limits.max_session_s)}.")
                 else:
                     self._expire(CloseCode.IDLE_TIMEOUT, f"no message from the client for {idle:g} s")
                 return _Outcome.CLOSED

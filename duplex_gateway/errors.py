@@ -50,7 +50,7 @@ class ErrorCode(enum.StrEnum):
     INVALID_SIGNATURE = "invalid_signature"
     RATE_LIMITED = "rate_limited"
     IDLE_TIMEOUT = "idle_timeout"
-    SESSION_EXPIRED = "session_max_duration"
+    SESSION_EXPIRED = "session_expired"
     SLOW_CONSUMER = "slow_consumer"
     ENGINE_ERROR = "engine_error"
     ENGINE_UNAVAILABLE = "engine_unavailable"
@@ -70,6 +70,7 @@ OPENAI_MESSAGES: Mapping[ErrorCode, str] = MappingProxyType({
     ErrorCode.ITEM_RETRIEVE_INVALID_ITEM_ID: "Error retrieving item:",
     ErrorCode.ITEM_DELETE_INVALID_ITEM_ID: "Error deleting item:",
     ErrorCode.ITEM_TRUNCATE_INVALID_ITEM_ID: "Error truncating item:",
+    ErrorCode.SESSION_EXPIRED: "Your session hit the maximum duration",
 })
 
 

@@ -24,7 +24,7 @@ from duplex_gateway import commands as cmd
 from duplex_gateway import events as ev
 from duplex_gateway.audio.format import AudioFormat
 from duplex_gateway.engine import port
-from duplex_gateway.errors import CloseCode, ErrorCode, ProtocolError, openai_message
+from duplex_gateway.errors import OPENAI_MESSAGES, CloseCode, ErrorCode, ProtocolError, openai_message
 from duplex_gateway.reply_options import check_session_tools, reply_options
 from duplex_gateway.session_calls import (
     AcknowledgeEvents,
@@ -1398,6 +1398,8 @@ class Session:
             CloseCode.MAX_DURATION: ErrorCode.SESSION_EXPIRED,
             CloseCode.SLOW_CONSUMER: ErrorCode.SLOW_CONSUMER,
         }.get(code, ErrorCode.INTERNAL_ERROR)
+        if error_code in OPENAI_MESSAGES:  # OpenAI's words first, ``message`` after them
+            message = openai_message(error_code, message)
         return [ev.ErrorEvent(code=error_code, message=message), *self._close(reason, code)]
 
     # -- conversation items ----------------------------------------------------------------

@@ -502,7 +502,9 @@ async def test_session_past_its_maximum_duration_is_closed_4001(harness: Harness
     socket, registry, engine = FakeSocket(), SessionRegistry(4), await echo()
     harness.connect(socket, engine, registry=registry, **{"limits.max_session_s": 0.05})
     assert await socket.wait_closed() == 4001
-    assert socket.errors() == ["session_max_duration"]
+    assert socket.errors() == ["session_expired"]
+    (error,) = [e for e in socket.events if e["type"] == "error"]
+    assert error["error"]["message"] == "Your session hit the maximum duration of 0.05 seconds."
     await assert_released(harness, registry, engine)
 
 

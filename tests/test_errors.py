@@ -15,7 +15,7 @@ import pytest
 from duplex_gateway import commands as cmd
 from duplex_gateway import events as ev
 from duplex_gateway.engine import port
-from duplex_gateway.errors import OPENAI_MESSAGES, ErrorCode, openai_message
+from duplex_gateway.errors import OPENAI_MESSAGES, CloseCode, ErrorCode, openai_message
 from duplex_gateway.session import MAX_SIDE_RESPONSES, Handshake, Session
 from duplex_gateway.session_config import SessionConfig
 
@@ -88,6 +88,10 @@ def truncate_unknown_item() -> ev.ErrorEvent:
     return _error(_session().receive(command, now=0))
 
 
+def session_past_its_maximum_duration() -> ev.ErrorEvent:
+    return _error(_session().expire("max_duration", CloseCode.MAX_DURATION, "of 60 minutes."))
+
+
 #: Every way the session raises an error OpenAI defines, and the code it must carry.
 WAYS: dict[Callable[[], ev.ErrorEvent], ErrorCode] = {
     commit_of_nothing: ErrorCode.INPUT_AUDIO_BUFFER_EMPTY,
@@ -99,6 +103,7 @@ WAYS: dict[Callable[[], ev.ErrorEvent], ErrorCode] = {
     retrieve_unknown_item: ErrorCode.ITEM_RETRIEVE_INVALID_ITEM_ID,
     delete_unknown_item: ErrorCode.ITEM_DELETE_INVALID_ITEM_ID,
     truncate_unknown_item: ErrorCode.ITEM_TRUNCATE_INVALID_ITEM_ID,
+    session_past_its_maximum_duration: ErrorCode.SESSION_EXPIRED,
 }
 
 
@@ -124,6 +129,7 @@ def test_openais_words_for_the_errors_clients_match_on() -> None:
     assert cancel_with_no_reply().message == "Cancellation failed: no active response found"
     assert retrieve_unknown_item().message == "Error retrieving item: the item with id 'item_nope' does not exist."
     assert commit_of_nothing().message.startswith("Error committing input audio buffer")
+    assert session_past_its_maximum_duration().message == "Your session hit the maximum duration of 60 minutes."
 
 
 def test_openai_message_puts_the_detail_after_openais_words() -> None:

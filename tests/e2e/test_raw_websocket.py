@@ -960,7 +960,8 @@ async def test_idle_timeout_closes_4000_and_max_duration_closes_4001(gateway_fac
                 i += 1
                 await asyncio.sleep(0.3)
             _, err = await log.wait_for("error", 2)
-            assert err["error"]["code"] == "session_max_duration", err
+            assert err["error"]["code"] == "session_expired", err
+            assert err["error"]["message"] == "Your session hit the maximum duration of 3 seconds.", err
             assert 2.7 <= loop.time() - opened <= 4.5
             assert await wait_closed(ws) == 4001
 
