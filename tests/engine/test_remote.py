@@ -381,6 +381,22 @@ def test_native_turn_taking_passes_through() -> None:
     assert "is_speech" not in plain and "hints" not in plain
 
 
+def test_pictures_go_to_the_backend_in_vllm_omnis_shapes() -> None:
+    w = wire(BackendKind.VLLM_OMNI)
+    # A camera frame rides the audio it was taken with, as vLLM-Omni's clients send it.
+    (append,) = w.append_audio(bytes(320), video_frames=("/9j/4AAQ",))
+    assert (append["type"], append["video_frames"]) == ("input_audio_buffer.append", ["/9j/4AAQ"])
+    assert "video_frames" not in w.append_audio(bytes(320))[0]
+    url = "data:image/png;base64,iVBORw0K"
+    (create,) = w.add_item(item_id="item_1", role="user", text="what is this?", images=(url,))
+    assert create["item"]["content"] == [
+        {"type": "input_text", "text": "what is this?"},
+        {"type": "input_image", "image_url": url},
+    ]
+    (picture_only,) = w.add_item(item_id="item_2", role="user", text="", images=(url,))
+    assert picture_only["item"]["content"] == [{"type": "input_image", "image_url": url}]
+
+
 # -- function calling ------------------------------------------------------------------------
 
 WEATHER = FunctionTool(
