@@ -109,6 +109,7 @@ def test_the_core_install_serves_and_answers_a_call(installed: Path, tmp_path: P
         assert _wait_ready(proc, port)["engine"] == "echo"
         status, page = _get(port, "/")
         assert status == 200 and b"<html" in page.lower()
+        assert _get(port, "/worklets/capture-processor.js")[0] == 200  # the demo's nested files are packaged too
         shutil.copy(SPEECH_WAV, tmp_path / "hello.wav")
         call = _run([str(installed / "duplex-gateway"), "call", "hello.wav", "--url",
                      f"ws://127.0.0.1:{port}/v1/realtime", "--out", "reply.wav"], tmp_path, 60)
