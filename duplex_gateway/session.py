@@ -52,6 +52,7 @@ from duplex_gateway.session_calls import (
     UpdateEngine,
 )
 from duplex_gateway.session_config import (
+    IGNORED_EVENT,
     LATENCY_EVENT,
     FunctionTool,
     Modality,
@@ -467,8 +468,14 @@ class Session:
         return outputs
 
     def _unused(self, kind: str, what: str) -> list[Output]:
-        """Tell the client, the first time only, that the engine does not use ``kind`` of input."""
+        """Tell the client, the first time only, that the engine does not use ``kind`` of input.
+
+        Duplex-handshake clients are told unasked; a Realtime client only if it asked
+        (``session.include``), as strict ones refuse an event type OpenAI does not define.
+        """
         if kind in self._unused_told:
+            return []
+        if self.handshake is not Handshake.DUPLEX and IGNORED_EVENT not in self.config.include:
             return []
         self._unused_told.add(kind)
         name = self.capabilities.name

@@ -17,6 +17,7 @@ from duplex_gateway.errors import ErrorCode, ProtocolError
 __all__ = [
     "CLOSING_EVENT",
     "EAGERNESS",
+    "IGNORED_EVENT",
     "INCLUDABLE",
     "LATENCY_EVENT",
     "UNSET",
@@ -66,9 +67,12 @@ LATENCY_EVENT = "turn.latency"
 #: ``session.include`` value that asks for a ``session.closing`` warning before a shutdown closes
 #: the session (a gateway extension; vLLM-Omni duplex clients get it unasked).
 CLOSING_EVENT = "session.closing"
+#: ``session.include`` value that asks to be told (once) when the engine does not use pictures the
+#: client sent (a gateway extension; vLLM-Omni duplex clients get it unasked).
+IGNORED_EVENT = "input.ignored"
 #: What ``session.include`` may name: OpenAI's transcription log-probabilities (accepted; the
 #: engines report none) and the gateway's extension events.
-INCLUDABLE = ("item.input_audio_transcription.logprobs", LATENCY_EVENT, CLOSING_EVENT)
+INCLUDABLE = ("item.input_audio_transcription.logprobs", LATENCY_EVENT, CLOSING_EVENT, IGNORED_EVENT)
 
 
 #: ``semantic_vad.eagerness`` values, as OpenAI defines them.

@@ -154,8 +154,16 @@ def test_video_frames_reach_an_engine_that_sees_with_their_audio() -> None:
     assert s.input_processed(pcm(20), 20.0) == [AppendAudio(pcm=pcm(20))]
 
 
+def duplex_session() -> Session:
+    """A session opened with vLLM-Omni's duplex handshake, as its benchmark clients open one."""
+    s = make(handshake=Handshake.DUPLEX)
+    assert types(s.receive(cmd.SessionUpdate(session=SessionPatch()), now=0)) == ["OpenEngine"]
+    s.engine_opened()
+    return s
+
+
 def test_video_frames_an_engine_does_not_use_cost_one_notice_never_the_audio() -> None:
-    s = make()
+    s = duplex_session()
     out = s.receive(cmd.InputAudioAppend(audio=pcm(200), video_frames=(JPEG,)), now=0)
     assert out[0] == ProcessInput(audio=pcm(200))
     assert types(out) == ["ProcessInput", "input.ignored"]
@@ -174,6 +182,19 @@ def test_video_frames_an_engine_does_not_use_cost_one_notice_never_the_audio() -
     assert out[1].images == () and out[1].text == "hi"  # type: ignore[union-attr]
     out = s.receive(cmd.ConversationItemCreate(item_id=None, role="user", text="", images=(picture,)), now=0)
     assert "input.ignored" not in types(out)
+
+
+def test_a_realtime_client_is_told_of_unused_pictures_only_if_it_asked() -> None:
+    # OpenAI defines no such event and strict clients (openai-agents) refuse unknown ones.
+    picture = "data:image/jpeg;base64," + JPEG
+    item = cmd.ConversationItemCreate(item_id=None, role="user", text="hi", images=(picture,))
+    plain = make()
+    assert "input.ignored" not in types(plain.receive(item, now=0))
+    assert plain.receive(cmd.InputAudioAppend(audio=pcm(20), video_frames=(JPEG,)), now=0) == [
+        ProcessInput(audio=pcm(20))
+    ]
+    asked = make(replace(MANUAL, include=("input.ignored",)))
+    assert types(asked.receive(item, now=0))[0] == "input.ignored"
 
 
 def test_pictures_reach_an_engine_that_takes_them() -> None:
