@@ -161,22 +161,24 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"duplex-gateway: server.{name}: no such file: {path}", file=sys.stderr)
             return 2
     # The port first, before any model loads: a port in use is said at once, in one line.
-    listener = _listen(server.host, server.port)
-    if isinstance(listener, str):
-        print(f"duplex-gateway: {listener}", file=sys.stderr)
+    listeners = _listen(server.host, server.port)
+    if isinstance(listeners, str):
+        print(f"duplex-gateway: {listeners}", file=sys.stderr)
         return 2
     # Every session runs the VAD: a gateway that cannot load it must not start (and say ready).
     try:
         SileroVad.shared()
     except Exception as exc:  # noqa: BLE001 - a missing or broken file, an onnxruntime that cannot load it
-        listener.close()
+        for listener in listeners:
+            listener.close()
         print(f"duplex-gateway: cannot load the voice activity model: {exc}", file=sys.stderr)
         return 2
     configure_logging(server.log_level, server.log_format)
     try:
         app = create_app(settings, engine)
     except ConfigError as exc:  # e.g. a carrier's key that is well formed but of the wrong kind
-        listener.close()
+        for listener in listeners:
+            listener.close()
         print(f"duplex-gateway: {exc}", file=sys.stderr)
         return 2
 
@@ -223,47 +225,55 @@ def _serve(args: argparse.Namespace) -> int:
     scheme = "https" if server.ssl_certfile else "http"
     host = f"[{server.host}]" if ":" in server.host else server.host
     # uvicorn says where it listens only for sockets it binds itself.
-    logging.getLogger("duplex_gateway").info(
-        "listening on %s://%s:%d once the engine is ready", scheme, host, listener.getsockname()[1]
-    )
+    port = listeners[0].getsockname()[1]
+    logging.getLogger("duplex_gateway").info("listening on %s://%s:%d once the engine is ready", scheme, host, port)
     try:
-        GatewayServer(config).run(sockets=[listener])
+        GatewayServer(config).run(sockets=listeners)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
 
 
-def _listen(host: str, port: int) -> socket.socket | str:
-    """A socket bound to ``host:port`` for uvicorn to listen on, or why there is none, in words.
+def _listen(host: str, port: int) -> list[socket.socket] | str:
+    """Sockets bound to ``host:port`` for uvicorn to listen on, or why there are none, in words.
 
-    Bound as uvicorn binds (``SO_REUSEADDR``), but here, before the engine loads its models.
-    Connections are refused until uvicorn listens on it, once the engine is ready.
+    Bound as asyncio would bind them for uvicorn (every address ``host`` names, ``SO_REUSEADDR``,
+    IPv6 sockets IPv6 only), but here, before the engine loads its models. Connections are refused
+    until uvicorn listens on them, once the engine is ready.
     """
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         return f"cannot listen on {host}: {exc.strerror} (server.host / --host)"
-    listener = socket.socket(family, kind, proto)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind(address)
-    except OSError as exc:
-        listener.close()
-        if exc.errno == errno.EADDRINUSE:
-            return (
-                f"port {port} on {host} is already in use (is a gateway already running?): "
-                "stop what listens there or choose another --port"
-            )
-        if exc.errno == errno.EACCES:
-            return f"port {port} on {host} needs privileges this user lacks: choose a port above 1023 (--port)"
-        if exc.errno == errno.EADDRNOTAVAIL:
-            return f"cannot listen on {host}: no such address on this machine (server.host / --host)"
-        return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
-    listener.set_inheritable(True)
-    return listener
+    listeners: list[socket.socket] = []
+    for family, kind, proto, _, address in dict.fromkeys(infos):
+        listener = socket.socket(family, kind, proto)
+        listeners.append(listener)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            listener.bind(address)
+        except OSError as exc:
+            for opened in listeners:
+                opened.close()
+            return _bind_problem(exc, host, port)
+        listener.set_inheritable(True)
+    return listeners
+
+
+def _bind_problem(exc: OSError, host: str, port: int) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} on {host} is already in use (is a gateway already running?): "
+            "stop what listens there or choose another --port"
+        )
+    if exc.errno == errno.EACCES:
+        return f"port {port} on {host} needs privileges this user lacks: choose a port above 1023 (--port)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {host}: no such address on this machine (server.host / --host)"
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
 
 
 def _stopped(sig: int, frame: object) -> None:
