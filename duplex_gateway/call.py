@@ -84,6 +84,15 @@ def check_output_path(path: Path) -> None:
         raise CallError(f"cannot write {path}: permission denied")
 
 
+def _refusal_message(body: bytes | bytearray | None) -> str:
+    """``": <message>"`` from the gateway's JSON refusal of a handshake, or ``""``."""
+    try:
+        message = json.loads(body or b"")["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return ""
+    return f": {message}" if isinstance(message, str) and message else ""
+
+
 def _pcm16(samples: np.ndarray) -> bytes:
     return bytes((np.clip(samples, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes())
 
@@ -115,7 +124,11 @@ async def call(
     except TimeoutError:
         raise CallError(f"cannot reach the gateway at {url}: no answer within {timeout_s:g} s") from None
     except websockets.InvalidStatus as exc:
-        raise CallError(f"the gateway at {url} refused the connection: HTTP {exc.response.status_code}") from None
+        said = _refusal_message(exc.response.body)
+        raise CallError(
+            f"the gateway at {url} refused the connection: HTTP {exc.response.status_code}{said}"
+            + (" (--api-key)" if exc.response.status_code in (401, 403) else "")
+        ) from None
     except ConnectionRefusedError:
         raise CallError(f"cannot reach the gateway at {url}: nothing listens there (is it running?)") from None
     except (OSError, websockets.InvalidHandshake, websockets.InvalidURI) as exc:
@@ -124,8 +137,9 @@ async def call(
     async with connection as ws:
         try:
             await _converse(
-            ws, wav, audio, rate, result, timeout_s=timeout_s, trailing_silence_s=trailing_silence_s, out=out, now=now
-        )
+                ws, wav, audio, rate, result,
+                timeout_s=timeout_s, trailing_silence_s=trailing_silence_s, out=out, now=now,
+            )
         except websockets.ConnectionClosed as exc:
             reason = exc.rcvd.reason if exc.rcvd is not None else ""
             code = exc.rcvd.code if exc.rcvd is not None else 1006

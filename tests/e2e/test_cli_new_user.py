@@ -262,3 +262,12 @@ async def test_call_commits_the_turn_itself_when_the_gateway_detects_none(
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "reply completed" in proc.stdout, proc.stdout
     await gw.wait_sessions(0)
+
+
+async def test_call_with_a_wrong_key_says_the_gateway_refused_it(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
+    gw = gateway_factory.start({"auth": {"keys": [{"name": "caller", "key": "sk-right"}]}}, name="call-key")
+    sf.write(tmp_path / "ok.wav", np.zeros(1600, np.int16), 16000, subtype="PCM_16")
+    url = f"{gw.ws_url}/v1/realtime"
+    for args in ([], ["--api-key", "sk-wrong"]):
+        proc = await asyncio.to_thread(_run, ["call", "ok.wav", "--url", url, *args], tmp_path, 30)
+        _one_line_failure(proc, f"the gateway at {url} refused the connection: HTTP 401: ", "--api-key")
