@@ -265,11 +265,14 @@ def test_vllm_omni_gets_unreported_playback_acknowledged_at_the_next_commit_or_r
     w.receive(created("r1"))
     w.receive(audio_delta("r1", bytes(4800), metadata={"audio_duration_ms": 100}))
     w.receive(done("r1"))
-    # The caller speaks: nothing is acknowledged yet (the client may still report or truncate).
-    assert [e["type"] for e in w.append_audio(bytes(320))] == ["input_audio_buffer.append"]
-    first, commit = w.commit(item_id="i2", response_id="resp_for_i2")
+    # The caller speaks: nothing is acknowledged yet (the client may still report or truncate),
+    # and the audio waits, since vLLM-Omni would take it for talking over the reply.
+    assert w.append_audio(bytes(320)) == []
+    first, append, commit = w.commit(item_id="i2", response_id="resp_for_i2")
     assert first == {**first, "type": "playback.ack", "response_id": "r1", "played_ms": 100}
-    assert commit["type"] == "input_audio_buffer.commit"
+    assert (append["type"], commit["type"]) == ("input_audio_buffer.append", "input_audio_buffer.commit")
+    w.receive(created("r_i2"))
+    w.receive(done("r_i2"))  # a reply without audio: nothing to play, nothing to acknowledge
     # Acknowledged once: a response.create after it sends no second ack.
     assert [e["type"] for e in w.create_response(response_id="resp_x", instructions=None)] == ["response.create"]
     # ...and an unreported reply is acknowledged before a response.create too.
@@ -285,6 +288,137 @@ def test_vllm_omni_gets_unreported_playback_acknowledged_at_the_next_commit_or_r
     g.receive(audio_delta("r1", bytes(4800)))
     g.receive(done("r1"))
     assert [e["type"] for e in g.commit(item_id="i2", response_id=None)] == ["input_audio_buffer.commit"]
+
+
+def _types(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+def test_vllm_omni_gets_each_turns_audio_only_once_the_last_reply_is_over_and_before_its_commit() -> None:
+    """vLLM-Omni takes input during a reply, or before the reply is reported played, for talking
+    over it (quiet chunks dropped, the rest set aside): a turn's audio waits until then, and its
+    commit goes right after it."""
+    w = wire(BackendKind.VLLM_OMNI)
+    w.session_update(SessionConfig(), initial=True)  # the gateway decides turns
+    (append,) = w.append_audio(bytes(320))
+    assert append["is_speech"] is True  # turn audio, quiet or not (turn mode drops what it finds quiet)
+    (commit,) = w.commit(item_id="i1", response_id="resp_1")
+    assert commit["response_create"] is True
+    # The next turn starts at once: the reply asked for is not even announced yet.
+    turn2 = [w.append_audio(bytes(320)), w.append_audio(bytes(640))]
+    assert turn2 == [[], []]
+    assert w.input_waiting
+    assert w.receive(created("r1")) == [port.EngineResponseStarted(response_id="resp_1")]
+    w.receive(audio_delta("r1", bytes(4800), metadata={"audio_duration_ms": 100}))
+    assert w.commit(item_id="i2", response_id=None) == []  # behind its audio
+    w.add_item(item_id="note", role="user", text="later")  # and what came after it stays after it
+    w.receive(done("r1"))
+    assert w.take_outgoing() == []  # done, but its playback is not reported yet
+    # The client reports it: the turn goes, in order.
+    out = w.ack_playback(response_id="resp_1", played_ms=100)
+    assert _types(out) == [
+        "playback.ack",
+        "input_audio_buffer.append",
+        "input_audio_buffer.append",
+        "input_audio_buffer.commit",
+        "conversation.item.create",
+    ]
+    assert [len(base64.b64decode(e["audio"])) for e in out[1:3]] == [320, 640]
+    assert out[3]["response_create"] is False
+    assert not w.input_waiting
+    # Nothing is asked of the backend now: the next turn goes straight out.
+    assert _types(w.append_audio(bytes(320))) == ["input_audio_buffer.append"]
+
+
+def test_a_reply_the_client_never_reports_is_acknowledged_at_the_commit_before_the_turns_audio() -> None:
+    w = wire(BackendKind.VLLM_OMNI)
+    w.session_update(SessionConfig(), initial=True)
+    for turn in range(3):
+        # The first turn goes at once; each later one waits for the reply before it to be played.
+        audio = w.append_audio(bytes(320))
+        out = w.commit(item_id=f"i{turn}", response_id=f"resp_{turn}")
+        if turn == 0:
+            assert (_types(audio), _types(out)) == (["input_audio_buffer.append"], ["input_audio_buffer.commit"])
+        else:
+            assert audio == []
+            assert _types(out) == ["playback.ack", "input_audio_buffer.append", "input_audio_buffer.commit"], turn
+            assert out[0]["response_id"] == f"r{turn - 1}"
+        w.receive(created(f"r{turn}"))
+        w.receive(audio_delta(f"r{turn}", bytes(4800)))
+        assert w.receive(done(f"r{turn}"))[-1] == port.EngineResponseDone(response_id=f"resp_{turn}", status="completed")
+        assert w.take_outgoing() == []
+
+
+def test_input_held_for_a_reply_goes_when_it_ends_and_a_held_reply_can_be_called_off() -> None:
+    w = wire(BackendKind.VLLM_OMNI)
+    w.session_update(SessionConfig(), initial=True)
+    w.commit(item_id="i1", response_id="resp_1")
+    w.receive(created("r1"))
+    w.append_audio(bytes(320))
+    assert w.commit(item_id="i2", response_id="resp_2") == []
+    # The client cancels the reply it asked for with the held commit: the backend never hears of it.
+    assert w.cancel_response("resp_2") == []
+    # The caller barged in: the reply in progress is cancelled; its end frees the turn.
+    assert _types(w.cancel_response("resp_1")) == ["response.cancel"]
+    assert w.receive(done("r1", status="cancelled")) == []
+    released = w.take_outgoing()
+    assert _types(released) == ["input_audio_buffer.append", "input_audio_buffer.commit"]
+    assert released[1]["response_create"] is False
+    # A held response.create that is called off is not sent at all.
+    w.commit(item_id="i3", response_id="resp_3")
+    assert w.create_response(response_id="resp_4", instructions=None) == []
+    assert w.cancel_response("resp_4") == []
+    w.receive(created("r3"))
+    w.receive(done("r3"))
+    assert w.take_outgoing() == []
+
+
+def test_held_input_can_be_forced_out_and_a_backend_deciding_turns_gets_it_at_once() -> None:
+    w = wire(BackendKind.VLLM_OMNI)
+    w.session_update(SessionConfig(), initial=True)
+    w.commit(item_id="i1", response_id="resp_1")
+    w.receive(created("r1"))
+    w.receive(audio_delta("r1", bytes(4800)))
+    w.receive(done("r1"))
+    assert w.append_audio(bytes(320)) == []
+    # The backend went quiet: the input goes anyway, the reply acknowledged first.
+    assert _types(w.release_input()) == ["playback.ack", "input_audio_buffer.append"]
+    assert not w.input_waiting
+    # auto_response: vLLM-Omni's own turn-taking hears the caller over its reply (as it should).
+    auto = wire(BackendKind.VLLM_OMNI)
+    auto.session_update(SessionConfig(auto_response=True), initial=True)
+    auto.commit(item_id="i1", response_id=None, engine_decides=True)
+    auto.receive(created("r1"))
+    (append,) = auto.append_audio(bytes(320))
+    assert "is_speech" not in append
+    # A gateway backend buffers input during a reply as OpenAI does: nothing waits either.
+    g = wire()
+    g.commit(item_id="i1", response_id="resp_1")
+    g.receive(created("r1"))
+    assert _types(g.append_audio(bytes(320))) == ["input_audio_buffer.append"]
+
+
+def test_a_response_create_vllm_omni_refuses_without_naming_it_ends_that_reply() -> None:
+    w = wire(BackendKind.VLLM_OMNI)
+    w.session_update(SessionConfig(), initial=True)
+    assert _types(w.create_response(response_id="resp_1", instructions=None)) == ["response.create"]
+    refusal = {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "code": "response_create_without_input",
+            "message": "Duplex response.create requires committed audio to answer.",
+        },
+    }
+    assert w.receive(refusal) == [
+        port.EngineError(
+            code="response_create_without_input",
+            message="Duplex response.create requires committed audio to answer.",
+        ),
+        port.EngineResponseDone(response_id="resp_1", status="failed", reason="response_create_without_input"),
+    ]
+    # The backend is free again: the caller's next turn is not held behind a reply that never came.
+    assert _types(w.append_audio(bytes(320))) == ["input_audio_buffer.append"]
 
 
 def test_a_truncate_is_vllm_omnis_truncate_of_the_reply_item_and_takes_the_place_of_the_ack() -> None:
@@ -342,6 +476,7 @@ def test_input_transcripts_name_the_gateway_turn() -> None:
 
 def test_native_turn_taking_passes_through() -> None:
     w = wire(BackendKind.VLLM_OMNI)
+    w.session_update(SessionConfig(auto_response=True), initial=True)  # the backend decides turns
     # auto_response: the commit leaves the reply to the backend (no response_create key).
     (commit,) = w.commit(item_id="item_1", response_id=None, engine_decides=True)
     assert commit["type"] == "input_audio_buffer.commit" and commit["final"] is True

@@ -25,7 +25,11 @@ The two kinds of backend differ in three places (found from the
   ``conversation.item.truncate`` (its assistant items are ``item_<response id>``);
   a gateway backend hears of it as a ``playback.ack``;
 * a reply's own tools go to a gateway backend with its ``response.create``; vLLM-Omni
-  refuses them there, so against it such a reply fails here (:func:`reply_refusal`).
+  refuses them there, so against it such a reply fails here (:func:`reply_refusal`);
+* vLLM-Omni takes input that arrives during a reply, or before the reply is reported
+  played, for talking over it, and in turn mode drops appends it finds quiet: where the
+  gateway decides the turns, caller input waits until the backend is free
+  (:mod:`~duplex_gateway.engine.remote.input_gate`) and its appends say ``is_speech``.
 
 Function calls come back as the Realtime function-call events; vLLM-Omni wraps each
 call in a response of its own, which :class:`~duplex_gateway.engine.omni_tools.FunctionCalls`
@@ -65,6 +69,7 @@ from duplex_gateway.engine.omni_tools import (
     tool_choice_object,
     tool_object,
 )
+from duplex_gateway.engine.remote.input_gate import InputGate
 from duplex_gateway.session_config import Modality, SessionConfig, SessionKind
 
 __all__ = [
@@ -102,6 +107,9 @@ RESUME_REFUSED_CODES = frozenset(
 _FINISHED_REMEMBERED = 32
 #: Sent control events remembered so a backend error about one can be recognized.
 _SENT_REMEMBERED = 64
+#: vLLM-Omni refuses a ``response.create`` with these without naming its event: they are
+#: about the oldest reply asked for and not announced.
+_UNNAMED_CREATE_REFUSALS = frozenset({"response_create_without_input", "text_only_turn_unsupported"})
 
 
 class BackendKind(enum.StrEnum):
@@ -331,8 +339,58 @@ class BackendWire:
         self._config = SessionConfig()
         #: vLLM-Omni: function outputs sent and not announced yet (event id -> item id).
         self._outputs: OrderedDict[str, str] = OrderedDict()
+        #: The backend's own turn-taking answers commits (``auto_response``), as last sent.
+        self._backend_turns = False
+        #: vLLM-Omni, turns decided here: caller input waiting for the backend to be free.
+        self._gate: InputGate[_Requested] = InputGate()
+
+    @property
+    def input_waiting(self) -> bool:
+        """Caller input is held until the backend's reply is over (see :mod:`.input_gate`)."""
+        return self._gate.waiting
+
+    def release_input(self) -> list[JsonObject]:
+        """Send the held input now, busy backend or not (it has gone quiet for too long).
+
+        A finished reply nobody reported on is acknowledged first, so that its ledger
+        at least takes the input as a turn.
+        """
+        return self._ack_unreported() + self._gate.release(self._backend_busy, self._requested.append, force=True)
 
     # -- port calls -> client events ----------------------------------------------------------
+
+    def _gates_input(self) -> bool:
+        """vLLM-Omni, with turns decided by the gateway (or the client) rather than by the backend."""
+        return self.kind is BackendKind.VLLM_OMNI and not self._backend_turns
+
+    def _backend_busy(self) -> bool:
+        """vLLM-Omni holds the turn: a reply asked for, in progress, or not reported played."""
+        return bool(self._requested or self._replies or self._unreported)
+
+    def _input(self, events: list[JsonObject], request: _Requested | None = None) -> list[JsonObject]:
+        """Caller input (``request``: the reply its last event asks for): what to send now, in order.
+
+        While the backend is busy it waits in the gate, and so does everything after it.
+        """
+        if not self._gates_input():
+            if request is not None:
+                self._requested.append(request)
+            return events
+        for index, event in enumerate(events):
+            self._gate.hold(event, request if index == len(events) - 1 else None)
+        return self._released()
+
+    def _in_order(self, events: list[JsonObject]) -> list[JsonObject]:
+        """Events that must not overtake caller input held before them."""
+        return self._input(events) if self._gate.waiting else events
+
+    def _released(self) -> list[JsonObject]:
+        """Held input the backend may have now; behind events released earlier and not yet taken."""
+        out = self._gate.release(self._backend_busy, self._requested.append)
+        if out and self._outgoing:
+            self._outgoing.extend(out)
+            return []
+        return out
 
     def _event(self, kind: str, remember: bool = False, **fields: Any) -> JsonObject:
         event_id = f"evt_gw_{next(self._ids)}"
@@ -347,6 +405,7 @@ class BackendWire:
         (None: nothing did). An update's answer is taken by :meth:`take_update_answers`."""
         session = session_object(config, input_rate=self.input_rate, output_rate=self.output_rate, initial=False)
         self._config = config
+        self._backend_turns = bool(session["extra_body"]["auto_response"])
         if initial:
             self._session = session
             return self._event(
@@ -377,7 +436,11 @@ class BackendWire:
         video_frames: Sequence[str] = (),
     ) -> list[JsonObject]:
         # A reply nobody reported on is acknowledged at the commit, not here: the caller may
-        # still report (or truncate) it while speaking.
+        # still report (or truncate) it while speaking. Its audio waits for that meanwhile.
+        if is_speech is None and self._gates_input():
+            # In turn mode vLLM-Omni drops an append it finds quiet (a pause between two
+            # words) unless it is told it is speech; here the gateway decides what a turn holds.
+            is_speech = True
         extra: JsonObject = {}
         if is_speech is not None:
             extra["is_speech"] = is_speech
@@ -386,7 +449,7 @@ class BackendWire:
         if video_frames:
             # Camera frames ride the audio they were taken with, as vLLM-Omni's clients send them.
             extra["video_frames"] = list(video_frames)
-        return [
+        return self._input([
             self._event(
                 "input_audio_buffer.append",
                 audio=base64.b64encode(pcm).decode("ascii"),
@@ -394,7 +457,7 @@ class BackendWire:
                 sample_rate_hz=self.input_rate,
                 **extra,
             )
-        ]
+        ])
 
     def commit(
         self,
@@ -415,10 +478,10 @@ class BackendWire:
                 keys["response_create"] = response_id is not None
             commit = self._event("input_audio_buffer.commit", **keys)
             self._commits.append((str(commit["event_id"]), item_id))
-            out.append(commit)
+            request = None
             if response_id is not None:
-                self._requested.append(_Requested(gateway_id=response_id, event_id=str(commit["event_id"])))
-            return out
+                request = _Requested(gateway_id=response_id, event_id=str(commit["event_id"]))
+            return out + self._input([commit], request)
         keys = {} if final else {"final": False}
         if is_speech is not None:
             keys["is_speech"] = is_speech
@@ -432,16 +495,16 @@ class BackendWire:
         return out
 
     def clear_input(self) -> list[JsonObject]:
-        return [self._event("input_audio_buffer.clear")]
+        return self._input([self._event("input_audio_buffer.clear")])
 
     def cancel_input(self) -> list[JsonObject]:
-        return [self._event("input.cancel")]
+        return self._input([self._event("input.cancel")])
 
     def append_text(self, text: str) -> list[JsonObject]:
-        return [self._event("input.text.append", text=text)]
+        return self._input([self._event("input.text.append", text=text)])
 
     def signal_turn(self, event: str, payload: Mapping[str, object]) -> list[JsonObject]:
-        return [self._event("turn.signal", event=event, payload=dict(payload))]
+        return self._in_order([self._event("turn.signal", event=event, payload=dict(payload))])
 
     def add_item(
         self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None, images: Sequence[str] = ()
@@ -449,14 +512,14 @@ class BackendWire:
         item = message_item(item_id=item_id, role=role, text=text, images=images)
         self._added_items.add(item_id)
         placement: JsonObject = {"previous_item_id": previous_item_id} if previous_item_id is not None else {}
-        return [self._event("conversation.item.create", item=item, **placement)]
+        return self._in_order([self._event("conversation.item.create", item=item, **placement)])
 
     def add_function_call(
         self, *, item_id: str, call_id: str, name: str, arguments: str, previous_item_id: str | None = None
     ) -> list[JsonObject]:
         """A call the client replays (vLLM-Omni takes a function's output only for a call it knows)."""
         item = function_call_item(item_id=item_id, call_id=call_id, name=name, arguments=arguments)
-        return self._create_item(item, previous_item_id)
+        return self._in_order(self._create_item(item, previous_item_id))
 
     def add_function_output(
         self, *, item_id: str, call_id: str, output: str, previous_item_id: str | None = None
@@ -467,7 +530,7 @@ class BackendWire:
         )
         if self.kind is BackendKind.VLLM_OMNI and len(self._outputs) < _SENT_REMEMBERED:
             self._outputs[str(out[0]["event_id"])] = item_id
-        return out
+        return self._in_order(out)
 
     @property
     def outputs_pending(self) -> bool:
@@ -493,7 +556,7 @@ class BackendWire:
         if item_id not in self._added_items:
             return []
         self._added_items.discard(item_id)
-        return [self._event("conversation.item.delete", item_id=item_id)]
+        return self._in_order([self._event("conversation.item.delete", item_id=item_id)])
 
     def reply_refusal(self, options: port.ResponseOptions | None) -> str | None:
         """Why the backend cannot make a reply with ``options`` (None: it can).
@@ -517,9 +580,7 @@ class BackendWire:
             request["tools"] = [tool_object(tool) for tool in options.tools]
             request["tool_choice"] = tool_choice_object(options.tool_choice)
         create = self._event("response.create", remember=True, **({"response": request} if request else {}))
-        self._requested.append(_Requested(gateway_id=response_id, event_id=str(create["event_id"])))
-        out.append(create)
-        return out
+        return out + self._input([create], _Requested(gateway_id=response_id, event_id=str(create["event_id"])))
 
     def cancel_response(self, response_id: str) -> list[JsonObject]:
         backend_id = self._backend_id(response_id)
@@ -529,6 +590,8 @@ class BackendWire:
                 return []  # finished already: nothing to stop
             reply.dropped = True
             return [self._event("response.cancel", remember=True, response_id=backend_id)]
+        if self._gate.withdraw(lambda requested: requested.gateway_id == response_id):
+            return []  # still held here: the backend never hears of it
         for requested in self._requested:
             if requested.gateway_id == response_id and not requested.cancelled:
                 # Not announced yet: the backend cancels the reply it is preparing, and
@@ -542,11 +605,13 @@ class BackendWire:
             reply.dropped = True
         for requested in self._requested:
             requested.cancelled = True
+        self._gate.withdraw(lambda requested: True)
         return [self._event("barge_in", remember=True)]
 
     def ack_playback(self, *, response_id: str, played_ms: int) -> list[JsonObject]:
         backend_id, _, played = self._reported(response_id, played_ms)
-        return [self._event("playback.ack", remember=True, response_id=backend_id, played_ms=played)]
+        ack = self._event("playback.ack", remember=True, response_id=backend_id, played_ms=played)
+        return [ack, *self._released()]  # the reply played: what the caller said since may go
 
     def _reported(self, response_id: str, heard_ms: int) -> tuple[str, _Reply | None, int]:
         """The client reported on a reply: its backend id, its record, and ``heard_ms`` on the backend's clock."""
@@ -581,7 +646,7 @@ class BackendWire:
             # (the history stays cut at the truncation, a hard cap).
             played = int(reply.backend_ms) if reply.backend_ms > 0 else int(reply.produced_ms)
             out.append(self._event("playback.ack", remember=True, response_id=backend_id, played_ms=played))
-        return out
+        return out + self._released()
 
     def close(self, reason: str) -> JsonObject:
         return self._event("session.close", reason=reason)
@@ -616,6 +681,13 @@ class BackendWire:
     # -- server events -> port events ------------------------------------------------------------
 
     def receive(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
+        out = self._receive(event)
+        if self._gate.waiting:
+            # The backend may be free now (a reply ended): held input goes out behind the rest.
+            self._outgoing.extend(self._gate.release(self._backend_busy, self._requested.append))
+        return out
+
+    def _receive(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
         kind = event.get("type")
         if kind == "response.created":
             return self._response_created(response_id_of(event), hold=True)
@@ -633,7 +705,7 @@ class BackendWire:
             # What the backend started beside the reply in progress carries more than a
             # call: a reply of its own after all.
             self._calls.release(response_id)
-            return [*self._response_created(response_id), *self.receive(event)]
+            return [*self._response_created(response_id), *self._receive(event)]
         if kind in ("response.output_audio.delta", "response.audio.delta"):
             return self._audio(event)
         if kind in (
@@ -810,6 +882,10 @@ class BackendWire:
     def _error(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
         code, message, related = error_fields(event)
         refused: list[port.EngineEvent] = []
+        if related is None and code in _UNNAMED_CREATE_REFUSALS and self._requested:
+            oldest = self._requested[0].event_id
+            if self._sent.get(oldest) == "response.create":
+                related = oldest
         if related is not None:
             self._outputs.pop(related, None)  # a refused output: nothing to wait for
             for requested in list(self._requested):

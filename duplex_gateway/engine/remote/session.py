@@ -60,6 +60,9 @@ _RESUME_EARLY_CODES = frozenset({"invalid_resume_token", "session_resume_conflic
 _CLOSE_WAIT_S = 2.0
 #: How long a reply waits for the backend to announce a function's output.
 _OUTPUT_TAKEN_TIMEOUT_S = 5.0
+#: Caller input held for the backend's reply to end goes anyway once the backend has been
+#: silent this long (a reply in progress streams; one done waits only for its playback).
+_INPUT_HOLD_QUIET_S = 5.0
 
 
 class BackendRefused(Exception):
@@ -213,6 +216,12 @@ class RemoteSession(port.EngineSession):
         self._received = asyncio.Event()
         self._updates = PendingUpdates()
         self._last_sent = asyncio.get_running_loop().time()
+        self._last_received = self._last_sent
+        #: One batch of events goes out whole: the reader's (held input released) and the
+        #: port calls' must not interleave, or a commit could overtake its turn's audio.
+        self._send_lock = asyncio.Lock()
+        #: Sends held caller input should the backend go quiet (see :meth:`_release_stuck_input`).
+        self._input_watch: asyncio.Task[None] | None = None
         #: The liveness check running now (see :meth:`watch_liveness`).
         self._liveness: asyncio.Task[bool] | None = None
         self._reader = asyncio.create_task(self._read_loop(), name=f"remote-reader:{session_id}")
@@ -340,6 +349,8 @@ class RemoteSession(port.EngineSession):
             await self._reader
         if self._liveness is not None:
             self._liveness.cancel()
+        if self._input_watch is not None:
+            self._input_watch.cancel()
         await _abort(self._ws)
         self._end(port.EngineClosed(reason=reason))
 
@@ -417,6 +428,15 @@ class RemoteSession(port.EngineSession):
     # -- sending ------------------------------------------------------------------------------
 
     async def _send(self, events: list[JsonObject]) -> None:
+        if events:
+            async with self._send_lock:
+                await self._send_now(events)
+        if self._wire.input_waiting and (self._input_watch is None or self._input_watch.done()):
+            self._input_watch = asyncio.create_task(
+                self._release_stuck_input(), name=f"remote-input-hold:{self.session_id}"
+            )
+
+    async def _send_now(self, events: list[JsonObject]) -> None:
         for event in events:
             text = _dumps(event)
             if self._ended or self._closing:
@@ -438,6 +458,26 @@ class RemoteSession(port.EngineSession):
                     if self._held is None:
                         self._held = deque()
                     self._hold(text)
+
+    async def _release_stuck_input(self) -> None:
+        """Send held caller input once the backend has said nothing for ``_INPUT_HOLD_QUIET_S``.
+
+        The input waits for the backend's reply to end (or be reported played); a
+        backend that stopped talking mid-reply must not keep the caller's turn for ever.
+        """
+        loop = asyncio.get_running_loop()
+        while self._wire.input_waiting and not (self._ended or self._closing):
+            quiet = loop.time() - self._last_received
+            if quiet < _INPUT_HOLD_QUIET_S:
+                await asyncio.sleep(_INPUT_HOLD_QUIET_S - quiet)
+                continue
+            logger.warning(
+                "remote session %s: %s said nothing for %g s while caller input waited for its reply;"
+                " sending the input",
+                self.session_id, self.backend.url, _INPUT_HOLD_QUIET_S,
+            )
+            async with self._send_lock:
+                await self._send_now(self._wire.release_input())
 
     def _hold(self, text: str) -> None:
         assert self._held is not None
@@ -477,6 +517,7 @@ class RemoteSession(port.EngineSession):
         event = _loads(raw)
         if event is None:
             return False
+        self._last_received = asyncio.get_running_loop().time()
         seq = event.get("server_event_seq")
         kind = event.get("type")
         if isinstance(seq, int) and not isinstance(seq, bool) and kind != "session.resumed":
@@ -495,14 +536,17 @@ class RemoteSession(port.EngineSession):
             return False
         if self._closing:
             return False
-        for out in self._wire.receive(event):
+        outs = self._wire.receive(event)
+        # What the event released goes out first: a port call made while its events are
+        # put must queue behind them (the wire keeps them in order until taken).
+        late = self._wire.take_outgoing()
+        if late:
+            await self._send(late)
+        for out in outs:
             await self._events.put(out)
         self._received.set()
         for event_id, refusal in self._wire.take_update_answers():
             self._updates.settle(event_id, refusal)
-        late = self._wire.take_outgoing()
-        if late:
-            await self._send(late)
         return False
 
     async def _resume(self) -> bool:
@@ -609,5 +653,7 @@ class RemoteSession(port.EngineSession):
         self._updates.refuse_all("session_closed", "the backend session ended")
         self._received.set()  # a reply waiting for an announcement waits no more
         self._held = None
+        if self._input_watch is not None and self._input_watch is not asyncio.current_task():
+            self._input_watch.cancel()
         self._events.put_urgent(closed)
         self._on_end(self)
