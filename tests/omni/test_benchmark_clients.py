@@ -13,8 +13,9 @@ second, commit once, acknowledge what they played with ``playback.ack`` naming t
 item ``item_<response_id>`` as vLLM-Omni does, and close with ``session.close``. OmniInteract
 fails a session on any ``error`` event and warns when an audio delta leaves out its format.
 The gateways run the in-process ``vllm-omni`` engine over the fake model stage (which, like
-MiniCPM-o 4.5, takes camera frames with its audio) and the ``echo`` engine (which sees
-nothing, and says so once). What the gateway sent is read from its own session recording.
+MiniCPM-o 4.5, takes camera frames with its audio), the ``remote`` engine in front of
+vLLM-Omni's own server over the same stage, and the ``echo`` engine (which sees nothing, and
+says so once). What the gateway sent is read from its own session recording.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import time
 import wave
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,14 @@ import av
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from tests.e2e.helpers import GatewayFactory, gateway_env, load_speech
-from tests.omni.conftest import read_calls, start_omni_gateway
+from tests.omni.conftest import (
+    Backend,
+    read_calls,
+    start_backend,
+    start_omni_gateway,
+    stop_backends,
+    wait_healthy,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +58,7 @@ CLIP_S = 3
 #: The tools' own time for one session is a few seconds (real-time streaming); starting one
 #: imports vLLM (≈30 s on two cores).
 TOOL_TIMEOUT_S = 300
-ENGINES = ["echo", "vllm-omni"]
+ENGINES = ["echo", "vllm-omni", "remote"]
 TOOLS = ["omni-duplex-eval", "omniinteract"]
 VLLM_OMNI = Path(sys.executable).parent / "vllm-omni"
 
@@ -157,6 +166,17 @@ def targets() -> dict[str, Target]:
     return {}
 
 
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    """vLLM-Omni's own server over the fake stage, for the remote engine."""
+    backend = start_backend(tmp_path_factory.mktemp("backend"), "backend", chunks=8, chunk_delay_ms=60)
+    try:
+        wait_healthy([backend])
+        yield backend
+    finally:
+        stop_backends([backend])
+
+
 @pytest.fixture(params=ENGINES)
 def target(
     request: pytest.FixtureRequest, targets: dict[str, Target], tmp_path_factory: pytest.TempPathFactory
@@ -173,6 +193,13 @@ def target(
         calls: Path | None = None
         if engine == "echo":
             gateway = factory.start({**settings, "engine": {"name": "echo"}}, name="echo")
+        elif engine == "remote":
+            upstream: Backend = request.getfixturevalue("backend")
+            calls = upstream.calls
+            gateway = factory.start(
+                {**settings, "engine": {"name": "remote", "remote": {"backends": [{"url": upstream.url}]}}},
+                name="remote",
+            )
         else:
             calls = request.getfixturevalue("calls_path")
             gateway = start_omni_gateway(
