@@ -558,6 +558,7 @@ class Session:
         self._buffered_ms = 0.0
         self._buffered_text = False
         self._ring.clear()
+        self._held_frames = ()  # the pictures of the input dropped
         self._end_speech()
 
     def _on_response_create(self, command: cmd.ResponseCreate, now: float) -> list[Output]:

@@ -152,6 +152,10 @@ def test_video_frames_reach_an_engine_that_sees_with_their_audio() -> None:
     assert s.input_processed(b"", 0.0, video_frames=(JPEG,)) == []
     assert s.input_processed(pcm(20), 20.0) == [AppendAudio(pcm=pcm(20), video_frames=(JPEG,))]
     assert s.input_processed(pcm(20), 20.0) == [AppendAudio(pcm=pcm(20))]
+    # Input the client clears takes its waiting frames with it.
+    assert s.input_processed(b"", 0.0, video_frames=(JPEG,)) == []
+    s.receive(cmd.InputAudioClear(), now=0)
+    assert s.input_processed(pcm(20), 20.0) == [AppendAudio(pcm=pcm(20))]
 
 
 def duplex_session() -> Session:
