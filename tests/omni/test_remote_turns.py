@@ -41,7 +41,8 @@ TURNS = 3
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    started = start_backend(tmp_path_factory.mktemp("omni-turns"), "omni", chunks=4, chunk_delay_ms=20)
+    # Replies of about a second, so that a caller can talk over one.
+    started = start_backend(tmp_path_factory.mktemp("omni-turns"), "omni", chunks=8, chunk_delay_ms=150)
     try:
         wait_healthy([started])
         yield started
@@ -173,3 +174,36 @@ async def test_server_vad_turns_each_reach_the_backend_once_and_whole(
     engine_errors = [e for e in log.events if e["type"] == "error" and e["error"]["code"] == "engine_error"]
     assert not [e for e in engine_errors if "input_audio_buffer" in e["error"]["message"]], engine_errors
     assert log.ended is None  # still open
+
+
+@pytest.mark.parametrize("cancel", [False, True], ids=["over-the-reply", "after-a-cancel"])
+async def test_a_turn_spoken_while_a_reply_streams_reaches_the_backend_whole(
+    sdk: tuple[Any, EventLog], backend: Backend, cancel: bool
+) -> None:
+    """The caller speaks while the reply is still streaming (cancelling it first, or not)."""
+    conn, log = sdk
+    await conn.session.update(session={"type": "realtime", "audio": {"input": {"turn_detection": None}}})
+    await log.wait_for("session.updated", timeout=10)
+    before = _stage_requests(backend)
+    pcm = _turn_audio()
+    await _speak(conn, pcm, 0.0)
+    await conn.input_audio_buffer.commit()
+    await conn.response.create()
+    _, first = await log.wait_for("response.output_audio.delta", timeout=30)
+    mark = len(log.events)
+    if cancel:
+        await conn.response.cancel()
+    await _speak(conn, pcm, 1.0)
+    _, done = await log.wait_for("response.done", timeout=30)
+    assert done["response"]["id"] == first["response_id"]
+    assert done["response"]["status"] == ("cancelled" if cancel else "completed")
+    await conn.input_audio_buffer.commit()
+    await conn.response.create()
+    _, created = await log.wait_for("response.created", start=mark, timeout=30)
+    rid = created["response"]["id"]
+    _, done = await log.wait_for(
+        lambda e: e["type"] == "response.done" and e["response"]["id"] == rid, start=mark, timeout=30
+    )
+    assert done["response"]["status"] == "completed", done
+    assert [e for e in log.events if e["type"] == "error"] == []
+    assert await _wait_turns(backend, before, 2) == [TURN_SAMPLES] * 2
