@@ -41,6 +41,7 @@ run: $(VENV)/.installed-run
 test: $(VENV)/.installed-test $(OMNI_VENV)/.installed-gateway $(PEERS_VENV)/.installed tests/browser/node_modules/.package-lock.json
 	$(BIN)/ruff check duplex_gateway tests
 	$(BIN)/mypy duplex_gateway
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir out/site
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
 	HF_HUB_OFFLINE=1 DUPLEX_GATEWAY_REQUIRE_OMNI=1 $(OMNI_BIN)/python -m pytest tests/omni
 	HF_HUB_OFFLINE=1 DUPLEX_GATEWAY_REQUIRE_PEERS=1 GATEWAY_PYTHON=$(BIN)/python $(PEERS_BIN)/python -m pytest tests/peers
