@@ -18,7 +18,7 @@ handle event                        port event
                                     token usage, where reported)
 ``response.function_call_arguments  :class:`~port.EngineFunctionCallDelta` /
 .delta`` / ``.done``                ``EngineFunctionCall``, on the reply the
-                                    call belongs to (see :mod:`.omni_tools`)
+                                    call belongs to (see :mod:`.omni.tools`)
 ``input_audio_buffer.speech_*``     :class:`~port.EngineSpeechStarted` /
                                     ``Stopped`` (engine VAD only)
 ``input_audio_buffer.committed``    :class:`~port.EngineTurnCommitted`
@@ -31,7 +31,7 @@ handle event                        port event
 ==================================  ==========================================
 
 The session's tools go to vLLM-Omni with its configuration; the client's function
-outputs (and replayed calls) as conversation items (:mod:`.omni_tools`).
+outputs (and replayed calls) as conversation items (:mod:`.omni.tools`).
 
 A session whose client set ``extra_body.auto_response`` runs on vLLM-Omni's own
 turn-taking: the engine session is opened with it, commits leave the reply to the
@@ -71,9 +71,9 @@ from duplex_gateway.audio import codec
 from duplex_gateway.audio.format import Encoding
 from duplex_gateway.audio.resample import StreamResampler
 from duplex_gateway.engine import port
-from duplex_gateway.engine.omni_fields import PendingUpdates, changed_fields, omni_session_fields
-from duplex_gateway.engine.omni_items import message_item
-from duplex_gateway.engine.omni_tools import (
+from duplex_gateway.engine.omni.fields import changed_fields, omni_session_fields
+from duplex_gateway.engine.omni.items import message_item
+from duplex_gateway.engine.omni.tools import (
     FunctionCalls,
     function_call_item,
     function_output_item,
@@ -81,6 +81,7 @@ from duplex_gateway.engine.omni_tools import (
     session_tools,
     token_usage,
 )
+from duplex_gateway.engine.updates import PendingUpdates
 from duplex_gateway.session_config import Modality, SessionConfig, SessionKind
 
 __all__ = [

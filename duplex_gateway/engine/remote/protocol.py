@@ -32,7 +32,7 @@ The two kinds of backend differ in three places (found from the
   (:mod:`~duplex_gateway.engine.remote.input_gate`) and its appends say ``is_speech``.
 
 Function calls come back as the Realtime function-call events; vLLM-Omni wraps each
-call in a response of its own, which :class:`~duplex_gateway.engine.omni_tools.FunctionCalls`
+call in a response of its own, which :class:`~duplex_gateway.engine.omni.tools.FunctionCalls`
 puts back on the reply in progress.
 """
 
@@ -56,9 +56,9 @@ from duplex_gateway.audio import codec
 from duplex_gateway.audio.format import Encoding
 from duplex_gateway.audio.resample import StreamResampler
 from duplex_gateway.engine import port
-from duplex_gateway.engine.omni_fields import changed_fields, omni_session_fields
-from duplex_gateway.engine.omni_items import message_item
-from duplex_gateway.engine.omni_tools import (
+from duplex_gateway.engine.omni.fields import changed_fields, omni_session_fields
+from duplex_gateway.engine.omni.items import message_item
+from duplex_gateway.engine.omni.tools import (
     FunctionCalls,
     function_call_item,
     function_output_item,

@@ -30,7 +30,6 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from duplex_gateway.engine import port
 from duplex_gateway.engine.event_queue import EngineEventQueue
-from duplex_gateway.engine.omni_fields import PendingUpdates
 from duplex_gateway.engine.remote.pool import Backend, realtime_url
 from duplex_gateway.engine.remote.protocol import (
     FULL_CODES,
@@ -41,6 +40,7 @@ from duplex_gateway.engine.remote.protocol import (
     detect_kind,
     error_fields,
 )
+from duplex_gateway.engine.updates import PendingUpdates
 from duplex_gateway.session_config import SessionConfig
 
 __all__ = ["BackendFull", "BackendRefused", "RemoteSession", "SessionOptions", "open_backend_session"]
