@@ -52,12 +52,24 @@ _BOUNDS = (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"))
 
 
 def _comments(model: type[BaseModel]) -> dict[str, str]:
-    """Each field's ``#:`` comment in the class source; a comment covers the fields right under it."""
+    """Each field's ``#:`` comment in the source of the class (or the base) that declares it."""
+    found: dict[str, str] = {}
+    for cls in model.__mro__:
+        if isinstance(cls, type) and issubclass(cls, BaseModel) and cls is not BaseModel:
+            for name, text in _own_comments(cls, model).items():
+                found.setdefault(name, text)
+    return found
+
+
+def _own_comments(cls: type[BaseModel], model: type[BaseModel]) -> dict[str, str]:
+    """The ``#:`` comments in one class's source; a comment covers the fields right under it."""
     found: dict[str, str] = {}
     try:
-        source = inspect.getsource(model)
+        source = inspect.getsource(cls)
     except (OSError, TypeError):
         return found
+    if not re.match(rf"^\s*class {cls.__name__}\b", source):
+        return found  # a class made at run time: inspect found another one of that name
     block: list[str] = []
     current = ""
     for line in source.splitlines()[1:]:
