@@ -73,3 +73,8 @@ def test_every_relative_link_of_the_readme_resolves() -> None:
             )
         checked += 1
     assert checked > 0
+
+
+def test_the_readme_is_a_front_page_not_a_manual() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines: the rest belongs in docs/"
