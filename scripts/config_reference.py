@@ -154,8 +154,6 @@ def _default(info: FieldInfo) -> str:
         return "(section)"
     if isinstance(value, tuple):
         value = list(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 10_000:
-        return f"`{value}` ({value:,})".replace(",", " ")
     return f"`{json.dumps(value)}`"
 
 
