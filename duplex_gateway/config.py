@@ -11,11 +11,18 @@ import hashlib
 import re
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+# Each engine's settings live with the engine, in its spec; imported here for the names this module always had.
+from duplex_gateway.engine.echo import EchoSettings
+from duplex_gateway.engine.embedded.spec import EmbeddedLlmSettings, EmbeddedSettings
+from duplex_gateway.engine.remote.spec import RemoteBackendSettings, RemoteSettings
+from duplex_gateway.engine.spec import engine_specs
+from duplex_gateway.engine.vllm_omni_spec import VllmOmniSettings
 
 __all__ = [
     "API_SCOPES",
@@ -28,6 +35,7 @@ __all__ = [
     "EchoSettings",
     "EmbeddedLlmSettings",
     "EmbeddedSettings",
+    "EngineSections",
     "EngineSettings",
     "GatewaySettings",
     "LimitSettings",
@@ -194,140 +202,6 @@ class AuthSettings(_Section):
 _ORIGIN = re.compile(r"^(null|https?://(\*\.)?[A-Za-z0-9.\-\[\]:]+)$")
 
 
-class EchoSettings(_Section):
-    rate: int = Field(24_000, ge=8_000, le=48_000)
-    chunk_ms: int = Field(100, ge=10, le=1000)
-    #: Speed of the echoed reply relative to real time; 0 sends it as fast as possible.
-    pace: float = Field(1.0, ge=0)
-    max_turn_s: float = Field(60.0, gt=0)
-    #: Time from a reply's request to its start, as a model's time to first audio would be.
-    start_delay_ms: int = Field(0, ge=0, le=60_000)
-
-
-class EmbeddedLlmSettings(_Section):
-    """An optional language model for the ``embedded`` engine: any OpenAI-compatible chat endpoint.
-
-    Off while ``url`` is null: the offline responder and tool router answer. Keys never go in
-    a config file: name an environment variable in ``api_key_env``, or set
-    ``DUPLEX_GATEWAY_ENGINE__EMBEDDED__LLM__API_KEY``.
-    """
-
-    #: Base URL of the API up to its version, e.g. ``http://127.0.0.1:8080/v1``; null: no model.
-    url: str | None = Field(None, pattern=r"^https?://[^\s/]+(/\S*)?$")
-    #: The model to ask for; null: the first one the endpoint lists at start-up.
-    model: str | None = Field(None, min_length=1)
-    #: Sent as ``Authorization: Bearer``; for the environment only (see ``api_key_env``).
-    api_key: str | None = Field(None, repr=False)
-    #: Name of the environment variable that holds the key (used when ``api_key`` is unset).
-    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    #: Longest wait for the endpoint to start answering (and for the check at start-up, at most 2 s).
-    timeout_s: float = Field(10.0, gt=0, le=300)
-    #: Tokens one reply may produce (a reply's own ``max_output_tokens`` wins); null: the server's default.
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-
-
-class EmbeddedSettings(_Section):
-    """The ``embedded`` engine: pocketsphinx + Whisper tiny.en + Piper on the CPU."""
-
-    #: Longest caller turn kept for transcription; a longer one keeps its most recent part.
-    max_turn_s: float = Field(30.0, gt=0, le=600)
-    #: Inference threads shared by all sessions; unset means one per core.
-    workers: int | None = Field(None, ge=1, le=256)
-    #: Threads inside one Whisper transcription; unset means one per core.
-    whisper_cpu_threads: int | None = Field(None, ge=1, le=256)
-    #: Threads inside one Piper synthesis; unset means one per core.
-    tts_threads: int | None = Field(None, ge=1, le=256)
-    #: Stream partial transcripts of the caller (pocketsphinx; ~90 MB and ~0.2 of a core per talking caller).
-    partials: bool = True
-    #: Size of the reply audio chunks.
-    chunk_ms: int = Field(100, ge=10, le=1000)
-    #: Speed of the reply audio relative to real time; 0 sends it as fast as it is synthesized.
-    #: Paced replies stay in progress while heard, so a barge-in stops what is not yet sent.
-    pace: float = Field(1.0, ge=0)
-    #: How far a paced reply runs ahead of real time (covers network jitter and the next sentence's synthesis).
-    lead_ms: int = Field(1000, ge=0, le=60_000)
-    #: Sessions this engine admits (each talking caller costs CPU), capped by ``limits.max_sessions``.
-    max_sessions: int | None = Field(8, ge=1)
-    #: A language model to answer with instead of the offline responder (off by default).
-    llm: EmbeddedLlmSettings = EmbeddedLlmSettings()
-
-
-class VllmOmniSettings(_Section):
-    """The in-process vLLM-Omni engines: ``vllm-omni`` (native duplex) and ``vllm-omni-stream`` (turn-based)."""
-
-    #: Model name or local path handed to ``DuplexOmni`` / ``AsyncOmni``.
-    model: str | None = None
-    #: Deploy YAML (a path, or a name under vLLM-Omni's ``deploy/``); ``vllm-omni`` needs ``session_mode: duplex``.
-    deploy_config: str | None = None
-    #: ``module:callable`` returning a ready ``DuplexOmni`` / ``AsyncOmni`` instead of building one from ``model``.
-    omni_factory: str | None = Field(None, pattern=r"^[\w.]+:[\w.]+$")
-    trust_remote_code: bool = False
-    #: Longest wait for the engine (stage processes, weights) at start-up.
-    startup_timeout_s: float = Field(600.0, gt=0)
-    #: Longest wait for a session open/close or an abort acknowledgement.
-    control_timeout_s: float = Field(10.0, gt=0)
-    #: Rate caller audio is handed to the engine at (default 16000, what vLLM-Omni normalizes to).
-    input_rate: int | None = Field(None, ge=8_000, le=48_000)
-    #: Rate reply audio is handed to the gateway at (default 24000); the engine's audio is resampled to it.
-    output_rate: int | None = Field(None, ge=8_000, le=48_000)
-    #: ``vllm-omni``: who finds the ends of turns, the gateway's VAD or vLLM-Omni's server VAD.
-    turn_detection: Literal["gateway", "engine"] = "gateway"
-    #: ``vllm-omni-stream``: caller audio is sent to the engine in pieces of at least this much.
-    input_chunk_ms: int = Field(100, ge=0, le=5_000)
-    #: ``vllm-omni-stream``: text that ends each turn's prompt, after the conversation (sent once per turn).
-    prompt: str = ""
-
-
-# -- engine "remote" (a pool of vLLM-Omni servers) --------------------------------------
-
-
-class RemoteBackendSettings(_Section):
-    """One backend of the ``remote`` engine: a vLLM-Omni server's ``/v1/realtime?duplex=1``."""
-
-    #: ``ws://host:port`` (or ``wss://``); the duplex endpoint is ``/v1/realtime?duplex=1`` unless a path is given.
-    url: str = Field(pattern=r"^wss?://[^\s/]+(/\S*)?$")
-    #: Sessions this backend may hold (vLLM-Omni's ``duplex_session.max_sessions``).
-    max_sessions: int = Field(4, ge=1, le=10_000)
-    #: ``GET`` path probed for health; null: ``engine.remote.health_path``; "": a TCP connect is the probe.
-    health_path: str | None = None
-    #: Sent as ``Authorization: Bearer`` to the backend (vLLM's ``--api-key``).
-    api_key: str | None = None
-
-
-class RemoteSettings(_Section):
-    """The ``remote`` engine: sessions spread over a pool of vLLM-Omni duplex servers."""
-
-    backends: tuple[RemoteBackendSettings, ...] = ()
-    #: Health path of backends that name none (vLLM serves ``GET /health``); null: a TCP connect is the probe.
-    health_path: str | None = "/health"
-    #: Seconds between two health probes of each backend, and how long one may take.
-    health_interval_s: float = Field(2.0, gt=0)
-    health_timeout_s: float = Field(2.0, gt=0)
-    #: Failures in a row (probes or session opens) that mark a backend down; successes that bring it back.
-    unhealthy_after: int = Field(2, ge=1)
-    healthy_after: int = Field(1, ge=1)
-    #: Longest wait for a backend's WebSocket to open, and then for its ``session.created``
-    #: (an open, with one retry elsewhere, should fit in ``limits.engine_timeout_s``).
-    connect_timeout_s: float = Field(3.0, gt=0)
-    handshake_timeout_s: float = Field(5.0, gt=0)
-    #: Rate caller audio is sent to the backends at, and reply audio is handed to the gateway at.
-    input_rate: int = Field(16_000, ge=8_000, le=48_000)
-    output_rate: int = Field(24_000, ge=8_000, le=48_000)
-    #: Re-attach (``session.resume``) a session whose backend socket dropped, within ``resume_timeout_s``.
-    resume: bool = True
-    resume_timeout_s: float = Field(5.0, gt=0)
-    #: Keepalive of each backend socket: a ping every ``ping_interval_s``, the socket counted
-    #: lost without a pong within ``ping_timeout_s`` (null: no keepalive).
-    ping_interval_s: float | None = Field(20.0, gt=0)
-    ping_timeout_s: float | None = Field(20.0, gt=0)
-    #: A backend whose health probe fails has its sessions pinged at once, whatever the
-    #: keepalive says: a session whose socket gives no pong within this long is ended
-    #: (``engine_error``, close 4003). A backend that only stalls for less keeps its calls.
-    unresponsive_after_s: float = Field(5.0, gt=0)
-
-
-# -- end of engine "remote" --------------------------------------------------------------
 
 
 class TelephonyProfileSettings(_Section):
@@ -397,12 +271,28 @@ class TelephonySettings(_Section):
     vonage: VonageCarrierSettings = VonageCarrierSettings()
 
 
-class EngineSettings(_Section):
+class EngineSections(_Section):
+    """``engine:``: which engine runs (``name``), and one section per engine, from the engines' specs.
+
+    Every section is validated whichever engine runs, so a mistake in one is found
+    before the day it is chosen. An engine reads its own with ``SPEC.settings_of``.
+    """
+
     name: str = "embedded"
-    echo: EchoSettings = EchoSettings()
-    embedded: EmbeddedSettings = EmbeddedSettings()
-    vllm_omni: VllmOmniSettings = VllmOmniSettings()
-    remote: RemoteSettings = RemoteSettings()
+
+
+def _engine_settings_model() -> type[EngineSections]:
+    sections: dict[str, Any] = {}
+    for spec in engine_specs():
+        # Engines sharing a section (the two vLLM-Omni ones) declare the same model for it.
+        sections.setdefault(spec.section, (spec.settings, spec.settings()))
+    return create_model("EngineSettings", __base__=EngineSections, __module__=__name__, **sections)
+
+
+if TYPE_CHECKING:
+    EngineSettings = EngineSections
+else:
+    EngineSettings = _engine_settings_model()
 
 
 class SessionDefaults(_Section):

@@ -12,12 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from pydantic import Field
 
 from duplex_gateway.engine import port
 from duplex_gateway.engine.event_queue import EngineEventQueue
+from duplex_gateway.engine.spec import EngineSpec, SettingsSection
 from duplex_gateway.session_config import SessionConfig
 
-__all__ = ["EchoEngine", "EchoSession"]
+if TYPE_CHECKING:
+    from duplex_gateway.config import GatewaySettings
+
+__all__ = ["SPEC", "EchoEngine", "EchoSession", "EchoSettings"]
 
 _EVENT_QUEUE_SIZE = 256
 
@@ -200,3 +207,31 @@ class EchoEngine(port.Engine):
         for session in list(self._sessions.values()):
             await session.close("shutdown")
         self._started = False
+
+
+class EchoSettings(SettingsSection):
+    # No docstring: the configuration reference (docs/configuration.md) prints it above the section.
+    rate: int = Field(24_000, ge=8_000, le=48_000)
+    chunk_ms: int = Field(100, ge=10, le=1000)
+    #: Speed of the echoed reply relative to real time; 0 sends it as fast as possible.
+    pace: float = Field(1.0, ge=0)
+    max_turn_s: float = Field(60.0, gt=0)
+    #: Time from a reply's request to its start, as a model's time to first audio would be.
+    start_delay_ms: int = Field(0, ge=0, le=60_000)
+
+
+def _build(settings: GatewaySettings) -> port.Engine:
+    echo = SPEC.settings_of(settings)
+    return EchoEngine(
+        rate=echo.rate,
+        chunk_ms=echo.chunk_ms,
+        pace=echo.pace,
+        max_turn_s=echo.max_turn_s,
+        start_delay_ms=echo.start_delay_ms,
+        max_sessions=settings.limits.max_sessions,
+    )
+
+
+SPEC = EngineSpec(
+    name="echo", section="echo", settings=EchoSettings, build=_build, summary="a loopback: each turn comes back as the reply"
+)

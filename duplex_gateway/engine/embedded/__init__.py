@@ -8,28 +8,60 @@
 * :mod:`.conversation`: a session's history; :mod:`.replies`: its replies while they run.
 * :mod:`.engine`: the engine port implementation tying them together.
 
-Importing this package loads no model; :meth:`EmbeddedEngine.start` does.
+Importing this package loads no model; :meth:`EmbeddedEngine.start` does. Nor does it import
+the engine's modules (they need the ``embedded`` extra): each name below is imported when first
+used, so the configuration can read :mod:`.spec` in a core install.
 """
 
 from __future__ import annotations
 
-from duplex_gateway.engine.embedded.asr import (
-    FinalRecognizer,
-    PartialRecognizer,
-    PartialRecognizerPool,
-    pcm16_to_float32,
-    whisper_model_path,
-)
-from duplex_gateway.engine.embedded.brain import Brain, OfflineBrain
-from duplex_gateway.engine.embedded.chat_llm import ChatSettings
-from duplex_gateway.engine.embedded.engine import EmbeddedEngine, EmbeddedModels, EmbeddedSession
-from duplex_gateway.engine.embedded.responder import DIDNT_CATCH, Responder, RestatingResponder
-from duplex_gateway.engine.embedded.tts import (
-    PiperSynthesizer,
-    default_voice_paths,
-    split_sentences,
-    voice_sample_rate,
-)
+from typing import TYPE_CHECKING
+
+from duplex_gateway.engine.spec import lazy_exports
+
+if TYPE_CHECKING:
+    from duplex_gateway.engine.embedded.asr import (
+        FinalRecognizer,
+        PartialRecognizer,
+        PartialRecognizerPool,
+        pcm16_to_float32,
+        whisper_model_path,
+    )
+    from duplex_gateway.engine.embedded.brain import Brain, OfflineBrain
+    from duplex_gateway.engine.embedded.chat_llm import ChatSettings
+    from duplex_gateway.engine.embedded.engine import EmbeddedEngine, EmbeddedModels, EmbeddedSession
+    from duplex_gateway.engine.embedded.responder import DIDNT_CATCH, Responder, RestatingResponder
+    from duplex_gateway.engine.embedded.tts import (
+        PiperSynthesizer,
+        default_voice_paths,
+        split_sentences,
+        voice_sample_rate,
+    )
+
+#: Where each exported name lives (imported on first use, PEP 562).
+_EXPORTS = {
+    "DIDNT_CATCH": "responder",
+    "Brain": "brain",
+    "ChatSettings": "chat_llm",
+    "EmbeddedEngine": "engine",
+    "EmbeddedModels": "engine",
+    "EmbeddedSession": "engine",
+    "FinalRecognizer": "asr",
+    "OfflineBrain": "brain",
+    "PartialRecognizer": "asr",
+    "PartialRecognizerPool": "asr",
+    "PiperSynthesizer": "tts",
+    "Responder": "responder",
+    "RestatingResponder": "responder",
+    "default_voice_paths": "tts",
+    "pcm16_to_float32": "asr",
+    "split_sentences": "tts",
+    "voice_sample_rate": "tts",
+    "whisper_model_path": "asr",
+}
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+
 
 __all__ = [
     "DIDNT_CATCH",
