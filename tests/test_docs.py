@@ -78,3 +78,11 @@ def test_every_relative_link_of_the_readme_resolves() -> None:
 def test_the_readme_is_a_front_page_not_a_manual() -> None:
     lines = README.read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 250, f"README.md has {len(lines)} lines: the rest belongs in docs/"
+
+
+def test_the_quick_start_page_shows_the_readme_example_as_the_readme_does() -> None:
+    # The README's copy is the one tests/e2e/test_readme_example.py runs; the site's must not drift from it.
+    section = README.read_text(encoding="utf-8").split("### Trying a client against the `echo` engine", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("\n```", 1)[0]
+    page = (REPO / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    assert f"```python\n{snippet}\n```" in page, "docs/quickstart.md's example differs from the README's"
