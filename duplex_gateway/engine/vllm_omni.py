@@ -2,7 +2,9 @@
 
 One ``DuplexOmni`` serves the whole gateway; each gateway session owns one
 ``DuplexSessionHandle`` for its lifetime. Port calls map one to one onto handle
-calls, and the handle's typed events map back onto port events:
+calls, and the handle's typed events, in their wire shape (``to_realtime()``), go
+through the vLLM-Omni translator the ``remote`` engine shares
+(:mod:`duplex_gateway.engine.omni`) onto port events:
 
 ==================================  ==========================================
 handle event                        port event
@@ -52,39 +54,50 @@ vLLM, vLLM-Omni and torch are imported only when this engine starts.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import importlib
-import io
 import logging
-import os
-import sys
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from duplex_gateway.audio import codec
-from duplex_gateway.audio.format import Encoding
-from duplex_gateway.audio.resample import StreamResampler
 from duplex_gateway.engine import port
-from duplex_gateway.engine.omni.fields import changed_fields, omni_session_fields
+from duplex_gateway.engine.omni.audio import ReplyAudio, decode_audio
+from duplex_gateway.engine.omni.events import (
+    OmniReply,
+    error_fields,
+    item_of,
+    late_report,
+    reply_done,
+    response_id_of,
+    translate,
+)
+from duplex_gateway.engine.omni.fields import changed_fields
 from duplex_gateway.engine.omni.items import message_item
+from duplex_gateway.engine.omni.loading import (
+    DEFAULT_INPUT_RATE,
+    DEFAULT_OUTPUT_RATE,
+    OmniFactoryError,
+    keep_root_logging,
+    load_factory,
+    omni_builder,
+)
+from duplex_gateway.engine.omni.session import engine_session, output_modalities
 from duplex_gateway.engine.omni.tools import (
     FunctionCalls,
     function_call_item,
     function_output_item,
     reply_tools_refusal,
-    session_tools,
-    token_usage,
 )
 from duplex_gateway.engine.updates import PendingUpdates
-from duplex_gateway.session_config import Modality, SessionConfig, SessionKind
+from duplex_gateway.session_config import SessionConfig
 
 __all__ = [
+    "DEFAULT_INPUT_RATE",
+    "DEFAULT_OUTPUT_RATE",
     "OmniFactoryError",
     "ReplyAudio",
     "VllmOmniEngine",
@@ -98,165 +111,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _EVENT_QUEUE_SIZE = 1024
-#: vLLM-Omni normalizes caller audio to 16 kHz; sending it at that rate avoids a second resampling.
-DEFAULT_INPUT_RATE = 16_000
-DEFAULT_OUTPUT_RATE = 24_000
-#: Engine errors caused by a playback report the gateway already validated (late or duplicate acks).
-_PLAYBACK_ERROR_PREFIX = "playback_"
-#: vLLM-Omni's answer to a cancel of a reply that had already finished.
-_REPLY_ALREADY_OVER = "response_not_active"
 #: How long a reply waits for vLLM-Omni to announce a function's output (see ``_outputs_taken``).
 _OUTPUT_TAKEN_TIMEOUT_S = 5.0
 
 
-class OmniFactoryError(ValueError):
-    """``--omni-factory`` does not name an importable callable."""
-
-
-def omni_builder(
-    factory: str | Callable[[], Any] | None,
-    default: str,
-    *,
-    model: str | None,
-    deploy_config: str | None,
-    trust_remote_code: bool,
-) -> Callable[[], Any]:
-    """What builds the engine object: the ``--omni-factory`` callable, or the ``default``
-    class (``module:Class``) constructed from the model settings."""
-    if callable(factory):
-        return factory
-    if isinstance(factory, str):
-        return load_factory(factory)
-    module_name, _, class_name = default.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    kwargs: dict[str, Any] = {"model": model, "trust_remote_code": trust_remote_code}
-    if deploy_config:
-        kwargs["deploy_config"] = deploy_config
-    return lambda: cls(**kwargs)
-
-
-def load_factory(spec: str) -> Callable[[], Any]:
-    """The callable named by ``module:attribute`` (like uvicorn's ``module:app``).
-
-    The working directory is importable, as it is for ``python -m``.
-    """
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise OmniFactoryError(f"omni factory {spec!r} must look like 'package.module:callable'")
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise OmniFactoryError(f"omni factory {spec!r}: cannot import {module_name}: {exc}") from exc
-    target: Any = module
-    for part in attr.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise OmniFactoryError(f"omni factory {spec!r}: {module_name} has no attribute {attr}") from None
-    if not callable(target):
-        raise OmniFactoryError(f"omni factory {spec!r} is not callable")
-    return target  # type: ignore[no-any-return]
-
-
-@contextlib.contextmanager
-def keep_root_logging() -> Iterator[None]:
-    """Undo what importing vLLM's serving stack does to the root logger.
-
-    One of its dependencies (``model_hosting_container_standards``) sets the root
-    logger and its handlers to ``LOG_LEVEL`` (default ERROR) when imported, which
-    would silence the gateway's own warnings and info lines.
-    """
-    root = logging.getLogger()
-    level = root.level
-    handler_levels = [(h, h.level) for h in root.handlers]
-    try:
-        yield
-    finally:
-        root.setLevel(level)
-        for handler, handler_level in handler_levels:
-            handler.setLevel(handler_level)
-
-
-# ---------------------------------------------------------------------------------------
-# Audio the engine hands back
-
-
-_PCM16_NAMES = frozenset({"pcm16", "pcm", "pcm_s16le", "s16le"})
-
-
-def decode_audio(data: bytes, fmt: str | None, rate: int | None) -> tuple[npt.NDArray[np.float32], int | None]:
-    """Engine audio bytes in ``fmt`` as mono float32, with the rate they are at.
-
-    ``wav`` carries its own rate; raw formats are at ``rate`` (``None``: unknown).
-    """
-    name = (fmt or "pcm16").lower()
-    if name in _PCM16_NAMES:
-        return codec.decode(data[: len(data) - len(data) % 2], Encoding.PCM16), rate
-    if name in ("pcm_f32le", "f32le", "float32"):
-        return codec.decode(data[: len(data) - len(data) % 4], Encoding.PCM_F32LE), rate
-    if name in ("g711_ulaw", "ulaw", "pcmu"):
-        return codec.decode(data, Encoding.G711_ULAW), rate or 8_000
-    if name in ("g711_alaw", "alaw", "pcma"):
-        return codec.decode(data, Encoding.G711_ALAW), rate or 8_000
-    if name == "wav":
-        import soundfile
-
-        samples, wav_rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
-        return np.ascontiguousarray(samples.mean(axis=1), dtype=np.float32), int(wav_rate)
-    raise ValueError(f"unsupported engine audio format {fmt!r}")
-
-
-class ReplyAudio:
-    """One reply's audio on its way to PCM16 at the engine output rate (stateful resampling)."""
-
-    def __init__(self, out_rate: int) -> None:
-        self.out_rate = out_rate
-        self.samples = 0  # PCM16 samples produced at out_rate
-        self._resampler: StreamResampler | None = None
-
-    def convert(self, samples: npt.NDArray[np.float32], rate: int) -> bytes:
-        if self._resampler is None or self._resampler.in_rate != rate:
-            tail = self.flush()
-            self._resampler = StreamResampler(rate, self.out_rate)
-            if tail:
-                return tail + self._pcm(self._resampler.process(samples))
-        return self._pcm(self._resampler.process(samples))
-
-    def flush(self) -> bytes:
-        if self._resampler is None:
-            return b""
-        return self._pcm(self._resampler.flush())
-
-    def _pcm(self, samples: npt.NDArray[np.float32]) -> bytes:
-        self.samples += int(samples.size)
-        return codec.encode(samples, Encoding.PCM16)
-
-    @property
-    def produced_ms(self) -> int:
-        return self.samples * 1000 // self.out_rate
-
-
 # ---------------------------------------------------------------------------------------
 # The session
-
-
-@dataclass(slots=True)
-class _Reply:
-    gateway_id: str
-    audio: ReplyAudio
-    dropped: bool = False
-    #: The reply's audio as the engine's playback ledger counts it (before ``speed``).
-    engine_sent_ms: int | None = None
-
-    def engine_ms(self, played_ms: int) -> int:
-        """``played_ms`` of delivered audio in the engine ledger's milliseconds."""
-        produced = self.audio.produced_ms
-        if self.engine_sent_ms is None or produced <= 0:
-            return played_ms
-        return min(self.engine_sent_ms, round(played_ms * self.engine_sent_ms / produced))
 
 
 #: Finished replies remembered for late playback reports.
@@ -277,14 +137,14 @@ class VllmOmniSession(port.EngineSession):
         self._engine_vad = caps.detects_turns
         self._events: asyncio.Queue[port.EngineEvent] = asyncio.Queue(_EVENT_QUEUE_SIZE)
         #: Engine response id -> the reply it is on the gateway side.
-        self._replies: dict[str, _Reply] = {}
+        self._replies: dict[str, OmniReply] = {}
         #: Ids the gateway gave ``response.create`` calls the engine has not answered yet.
         self._pending_ids: deque[str] = deque()
         #: Text items added under the gateway's ids (the ones a delete can name).
         self._added_items: set[str] = set()
         self._cancelled_pending: set[str] = set()
         #: Finished replies by engine id, for playback reports that come after them.
-        self._finished: dict[str, _Reply] = {}
+        self._finished: dict[str, OmniReply] = {}
         #: The last finished reply nobody reported playback for: (engine id, engine ms).
         self._unacked: tuple[str, int] | None = None
         self._updates = PendingUpdates()
@@ -409,7 +269,7 @@ class VllmOmniSession(port.EngineSession):
         await self._outputs_taken()
         await self._ack_unreported()
         self._pending_ids.append(response_id)
-        request: dict[str, object] = {"modalities": self._modalities()}
+        request: dict[str, object] = {"modalities": output_modalities(self._config)}
         if instructions:
             request["instructions"] = instructions
         # Named, so that vLLM-Omni's refusal of it (e.g. per-reply instructions, which its
@@ -438,7 +298,7 @@ class VllmOmniSession(port.EngineSession):
         reply = self._replies.get(engine_id) or self._finished.get(engine_id)
         if self._unacked is not None and self._unacked[0] == engine_id:
             self._unacked = None
-        played = reply.engine_ms(int(played_ms)) if reply is not None else int(played_ms)
+        played = reply.audio.ledger_played(int(played_ms)) if reply is not None else int(played_ms)
         await self._handle.ack_playback(played, response_id=engine_id)
 
     async def truncate_reply(self, *, response_id: str, audio_end_ms: int) -> None:
@@ -446,20 +306,20 @@ class VllmOmniSession(port.EngineSession):
         reply = self._replies.get(engine_id) or self._finished.get(engine_id)
         if self._unacked is not None and self._unacked[0] == engine_id:
             self._unacked = None
-        end = reply.engine_ms(int(audio_end_ms)) if reply is not None else int(audio_end_ms)
+        end = reply.audio.ledger_played(int(audio_end_ms)) if reply is not None else int(audio_end_ms)
         # vLLM-Omni's truncate: its history keeps only the words spoken before ``end`` (a hard cap).
         await self._handle.truncate_item(f"item_{engine_id}", audio_end_ms=end)
         if reply is not None and reply.audio.samples:
             # The caller's playback of it is over: under vLLM-Omni's ACK_ONLY ledger a reply
             # acknowledged only in part keeps the turn busy, so the rest is acknowledged too
             # (the history stays cut at the truncation).
-            await self._handle.ack_playback(reply.engine_ms(reply.audio.produced_ms), response_id=engine_id)
+            await self._handle.ack_playback(reply.audio.ledger_total(), response_id=engine_id)
 
     async def update(self, config: SessionConfig) -> None:
         # Only what changed: vLLM-Omni refuses an update naming ``voice`` once audio was made.
         patch = changed_fields(
-            self._engine._session_patch(self._config, initial=False),
-            self._engine._session_patch(config, initial=False),
+            self._engine.session_patch(self._config, initial=False),
+            self._engine.session_patch(config, initial=False),
         )
         if patch:
             self._update_ids += 1
@@ -492,10 +352,6 @@ class VllmOmniSession(port.EngineSession):
                 return
 
     # -- helpers ---------------------------------------------------------------------------
-
-    def _modalities(self) -> list[str]:
-        # Text always: vLLM-Omni accepts a playback report only for replies that carried text.
-        return ["text", "audio"] if Modality.AUDIO in self._config.output_modalities else ["text"]
 
     def _engine_id(self, gateway_id: str) -> str | None:
         for replies in (self._replies, self._finished):
@@ -562,7 +418,7 @@ class VllmOmniSession(port.EngineSession):
                 if kind in ("session.closed", "session.expired"):
                     reason = str(getattr(event, "reason", None) or kind)
                     break
-                for out in self._translate(kind, event):
+                for out in self._translate(event.to_realtime()):
                     await self._events.put(out)
             else:
                 reason = str(getattr(self._handle, "close_reason", None) or reason)
@@ -574,103 +430,59 @@ class VllmOmniSession(port.EngineSession):
             reason = "engine_error"
         self._finish(reason)
 
-    def _translate(self, kind: str, event: Any) -> list[port.EngineEvent]:
+    def _translate(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
+        """Port events for one engine event, in its wire shape (what vLLM-Omni's server would send)."""
+        kind = event.get("type")
         if kind == "response.created":
-            return self._on_response_created(_response_field(event, "id"), hold=True)
+            return self._on_response_created(response_id_of(event), hold=True)
         if kind in ("conversation.item.added", "conversation.item.created"):
-            self._output_taken(_item_of(event))
+            item = event.get("item")
+            self._output_taken(item.get("id") if isinstance(item, Mapping) else None)
             return []
-        response_id = _response_field(event, "id")
-        if kind in _CALL_EVENTS or (kind == "response.done" and self._calls.held(response_id)):
-            calls = self._calls.translate(event.to_realtime(), self._gateway_of)
-            if calls is not None:
-                return calls
+        response_id = response_id_of(event)
+        calls = self._calls.translate(event, self._gateway_of)
+        if calls is not None:
+            return calls
         if response_id is not None and self._calls.held(response_id):
             # What vLLM-Omni started beside the reply in progress carries more than a call:
             # a reply of its own after all.
             self._calls.release(response_id)
-            return [*self._on_response_created(response_id), *self._translate(kind, event)]
-        if kind == "response.output_audio.delta":
-            return self._on_audio(event)
-        if kind in ("response.output_audio_transcript.delta", "response.output_text.delta", "response.text.delta"):
-            reply = self._replies.get(str(event.response_id))
-            if reply is None or reply.dropped or not event.delta:
-                return []
-            cls = port.EngineTranscript if kind == "response.output_audio_transcript.delta" else port.EngineText
-            return [cls(response_id=reply.gateway_id, delta=str(event.delta))]
+            return [*self._on_response_created(response_id), *self._translate(event)]
         if kind == "response.done":
             return self._on_response_done(event)
-        if kind == "input_audio_buffer.speech_started" and self._engine_vad:
-            return [
-                port.EngineSpeechStarted(
-                    audio_start_ms=int(getattr(event, "audio_start_ms", 0) or 0), item_id=_item_of(event)
-                )
-            ]
-        if kind == "input_audio_buffer.speech_stopped" and self._engine_vad:
-            return [
-                port.EngineSpeechStopped(audio_end_ms=int(getattr(event, "audio_end_ms", 0) or 0), item_id=_item_of(event))
-            ]
         if kind == "input_audio_buffer.committed":
-            return [port.EngineTurnCommitted(item_id=_item_of(event))]
-        if kind == "conversation.item.input_audio_transcription.completed":
-            transcript = str(getattr(event, "transcript", "") or "")
-            if not transcript:
-                return []
-            return [port.EngineInputTranscript(item_id=_item_of(event), text=transcript, final=True)]
-        if kind == "response.listen":
-            engine_id = getattr(event, "response_id", None)
-            reply = self._replies.get(str(engine_id)) if engine_id else None
-            if reply is not None and reply.dropped:
-                return []
-            return [
-                port.EngineListen(
-                    response_id=reply.gateway_id if reply is not None else None,
-                    reason=_detail(getattr(event, "details", None), "reason"),
-                )
-            ]
-        if kind == "response.speak":
-            reply = self._replies.get(str(getattr(event, "response_id", "")))
-            if reply is None or reply.dropped:
-                return []
-            return [port.EngineSpeak(response_id=reply.gateway_id)]
-        if kind == "overlap.decision":
-            return [
-                port.EngineOverlapDecision(
-                    policy=_str_or_none(getattr(event, "policy", None)),
-                    action=_str_or_none(getattr(event, "action", None)),
-                    reason=_str_or_none(getattr(event, "reason", None)),
-                )
-            ]
+            return [port.EngineTurnCommitted(item_id=item_of(event))]
         if kind == "session.updated":
             self._updates.settle(None)  # vLLM-Omni answers updates in order
             return []
         if kind == "error":
-            code = str(getattr(event, "code", "") or "engine_error")
-            message = str(getattr(event, "message", "") or "")
-            related = getattr(event, "related_event_id", None)
-            if related in self._updates:
-                self._updates.settle(str(related), port.EngineRefused(code, message))
+            return self._on_error(event)
+        # The turn's items carry the gateway's ids (commits name them), so vLLM-Omni's are the caller's.
+        out = translate(event, self._replies, caller_item=_same_item, engine_vad=self._engine_vad)
+        return out if out is not None else []
+
+    def _on_error(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
+        code, message, related = error_fields(event, "engine_error")
+        if related in self._updates:
+            self._updates.settle(str(related), port.EngineRefused(code, message))
+            return []
+        if related is not None and related in self._output_events:
+            self._output_taken(self._output_events[related])  # refused: nothing to wait for
+        refused = self._creates.pop(related, None) if related is not None else None
+        if refused is not None and refused in self._pending_ids:
+            # vLLM-Omni refused this response.create: the reply will never be announced.
+            self._pending_ids.remove(refused)
+            if refused in self._cancelled_pending:
+                self._cancelled_pending.discard(refused)
                 return []
-            if isinstance(related, str) and related in self._output_events:
-                self._output_taken(self._output_events[related])  # refused: nothing to wait for
-            refused = self._creates.pop(related, None) if isinstance(related, str) else None
-            if refused is not None and refused in self._pending_ids:
-                # vLLM-Omni refused this response.create: the reply will never be announced.
-                self._pending_ids.remove(refused)
-                if refused in self._cancelled_pending:
-                    self._cancelled_pending.discard(refused)
-                    return []
-                return [
-                    port.EngineError(code=code, message=message),
-                    port.EngineResponseDone(response_id=refused, status="failed", reason=code),
-                ]
-            if code.startswith(_PLAYBACK_ERROR_PREFIX) or code == _REPLY_ALREADY_OVER:
-                # About a reply the gateway has already closed out (a cancel crossing the
-                # reply's own end): the client was answered; nothing went wrong for it.
-                logger.info("vLLM-Omni session %s: %s: %s", self.engine_session_id, code, message)
-                return []
-            return [port.EngineError(code=code, message=message)]
-        return []
+            return [
+                port.EngineError(code=code, message=message),
+                port.EngineResponseDone(response_id=refused, status="failed", reason=code),
+            ]
+        if late_report(code):
+            logger.info("vLLM-Omni session %s: %s: %s", self.engine_session_id, code, message)
+            return []
+        return [port.EngineError(code=code, message=message)]
 
     def _on_response_created(self, engine_id: str | None, *, hold: bool = False) -> list[port.EngineEvent]:
         if not engine_id or engine_id in self._replies:
@@ -678,7 +490,7 @@ class VllmOmniSession(port.EngineSession):
         if hold and self._calls.created(engine_id, next(reversed(self._replies), None)):
             return []  # maybe the wrapper of a function call of the reply in progress
         gateway_id = self._pending_ids.popleft() if self._pending_ids else engine_id
-        reply = _Reply(gateway_id=gateway_id, audio=ReplyAudio(self._output_rate))
+        reply = OmniReply(gateway_id=gateway_id, audio=ReplyAudio(self._output_rate))
         self._replies[engine_id] = reply
         if gateway_id in self._cancelled_pending:
             self._cancelled_pending.discard(gateway_id)
@@ -698,100 +510,23 @@ class VllmOmniSession(port.EngineSession):
         except Exception as exc:  # noqa: BLE001 - best effort: the reply is fenced either way
             logger.info("cancelling reply %s late failed: %s", engine_id, exc)
 
-    def _on_audio(self, event: Any) -> list[port.EngineEvent]:
-        reply = self._replies.get(str(event.response_id))
-        if reply is None or reply.dropped or not event.delta:
-            return []
-        try:
-            data = base64.b64decode(str(event.delta))
-            rate_hint = getattr(event, "sample_rate_hz", None)
-            samples, rate = decode_audio(data, getattr(event, "format", None), int(rate_hint) if rate_hint else None)
-        except ValueError as exc:
-            logger.warning("vLLM-Omni session %s: undecodable audio: %s", self.engine_session_id, exc)
-            return []
-        sent = _playback_sent_ms(getattr(event, "metadata", None))
-        if sent is not None:
-            reply.engine_sent_ms = sent
-        pcm = reply.audio.convert(samples, rate or self._output_rate)
-        return [port.EngineAudio(response_id=reply.gateway_id, pcm=pcm)] if pcm else []
-
-    def _on_response_done(self, event: Any) -> list[port.EngineEvent]:
-        engine_id = _response_field(event, "id")
+    def _on_response_done(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
+        engine_id = response_id_of(event)
         reply = self._replies.pop(engine_id, None) if engine_id else None
         if reply is None or reply.dropped:
             return []
-        out: list[port.EngineEvent] = []
-        status = _response_field(event, "status") or "completed"
-        if status == "completed":
-            tail = reply.audio.flush()
-            if tail:
-                out.append(port.EngineAudio(response_id=reply.gateway_id, pcm=tail))
+        out = reply_done(reply, event)
         if engine_id:
             self._finished[engine_id] = reply
             while len(self._finished) > _LEDGER_SIZE:
                 del self._finished[next(iter(self._finished))]
             if reply.audio.samples:
-                self._unacked = (engine_id, reply.engine_ms(reply.audio.produced_ms))
-        details = getattr(event, "response", {}).get("status_details")
-        reason = details.get("reason") if isinstance(details, Mapping) else None
-        port_status = status if status in ("completed", "cancelled") else "failed"
-        input_tokens, output_tokens = token_usage(getattr(event, "response", None))
-        out.append(
-            port.EngineResponseDone(
-                response_id=reply.gateway_id, status=port_status, reason=str(reason) if reason else None,
-                input_tokens=input_tokens, output_tokens=output_tokens,
-            )
-        )
+                self._unacked = (engine_id, reply.audio.ledger_total())
         return out
 
 
-#: Events that may be about a function call (handed to :class:`FunctionCalls` as wire JSON).
-_CALL_EVENTS = frozenset({
-    "response.output_item.added",
-    "response.output_item.done",
-    "response.function_call_arguments.delta",
-    "response.function_call_arguments.done",
-})
-
-
-def _playback_sent_ms(metadata: object) -> int | None:
-    """How much of the reply the engine's playback ledger counts as sent, from a delta's metadata."""
-    if not isinstance(metadata, Mapping):
-        return None
-    playback = metadata.get("playback")
-    value = playback.get("sent_ms") if isinstance(playback, Mapping) else metadata.get("audio_duration_ms")
-    return int(value) if isinstance(value, int | float) and value >= 0 else None
-
-
-def _engine_answers(config: SessionConfig) -> bool:
-    """vLLM-Omni's ``auto_response`` for a session: the client's, in a session that replies at all."""
-    return config.auto_response and config.kind is SessionKind.REALTIME
-
-
-def _item_of(event: Any) -> str:
-    """An event's ``item_id`` ("" when it names none)."""
-    value = getattr(event, "item_id", None)
-    return value if isinstance(value, str) else ""
-
-
-def _str_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _detail(details: object, key: str) -> str | None:
-    return _str_or_none(details.get(key)) if isinstance(details, Mapping) else None
-
-
-def _response_field(event: Any, key: str) -> str | None:
-    response = getattr(event, "response", None)
-    if isinstance(response, Mapping):
-        value = response.get(key)
-        if isinstance(value, str) and value:
-            return value
-    if key == "id":
-        value = getattr(event, "response_id", None)
-        return value if isinstance(value, str) and value else None
-    return None
+def _same_item(item_id: object) -> str:
+    return item_id if isinstance(item_id, str) else ""
 
 
 # ---------------------------------------------------------------------------------------
@@ -929,7 +664,7 @@ class VllmOmniEngine(port.Engine):
     def _open_config(self, config: SessionConfig) -> Any:
         """What the engine session is opened with: the Realtime session object, or, for the
         fields vLLM-Omni's Realtime parser does not read (``use_tts_template``), its typed config."""
-        patch = self._session_patch(config, initial=True)
+        patch = self.session_patch(config, initial=True)
         if config.use_tts_template is None:
             return patch
         config_module = importlib.import_module("vllm_omni.engine.duplex.config")
@@ -961,38 +696,9 @@ class VllmOmniEngine(port.Engine):
         commands = importlib.import_module("vllm_omni.engine.duplex.commands")
         return commands.UpdateSession(patch=patch, event_id=event_id)
 
-    def _session_patch(self, config: SessionConfig, *, initial: bool) -> dict[str, object]:
+    def session_patch(self, config: SessionConfig, *, initial: bool) -> dict[str, object]:
         """The Realtime ``session`` object the engine session is opened / updated with."""
-        patch: dict[str, object] = {
-            "modalities": ["text", "audio"] if Modality.AUDIO in config.output_modalities else ["text"],
-            "instructions": config.instructions or None,
-            "output_audio_format": "pcm16",
-            "speed": config.speed,
-        }
-        if initial:
-            patch["type"] = "realtime"
-            patch["input_audio_format"] = "pcm16"
-        if config.voice and config.voice != "default":
-            patch["voice"] = config.voice
-        patch.update(omni_session_fields(config))
-        # The functions the model may call: vLLM-Omni keeps them as extra_body.realtime_tools.
-        patch.update(session_tools(config.tools, config.tool_choice))
-        # auto_response as the client set it: with it the model's own turn-taking answers
-        # commits (the gateway session then leaves the decision to the engine).
-        patch["extra_body"] = {**config.extra_body, "auto_response": _engine_answers(config)}
-        td = config.turn_detection
-        if self._caps.detects_turns and td is not None:
-            patch["turn_detection"] = {
-                "type": "server_vad",
-                "threshold": td.threshold,
-                "prefix_padding_ms": td.prefix_padding_ms,
-                "silence_duration_ms": td.silence_duration_ms,
-                "create_response": td.create_response,
-                "interrupt_response": td.interrupt_response,
-            }
-        elif initial or not self._caps.detects_turns:
-            patch["turn_detection"] = None
-        return patch
+        return engine_session(config, initial=initial, detects_turns=self._caps.detects_turns)
 
     def _release(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)

@@ -70,10 +70,10 @@ import numpy.typing as npt
 from duplex_gateway.audio import codec
 from duplex_gateway.audio.format import Encoding
 from duplex_gateway.engine import port
-from duplex_gateway.engine.vllm_omni import (
+from duplex_gateway.engine.omni.audio import ReplyAudio
+from duplex_gateway.engine.omni.loading import (
     DEFAULT_INPUT_RATE,
     DEFAULT_OUTPUT_RATE,
-    ReplyAudio,
     keep_root_logging,
     omni_builder,
 )

@@ -39,38 +39,38 @@ puts back on the reply in progress.
 from __future__ import annotations
 
 import base64
-import binascii
 import enum
-import io
 import itertools
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
-from duplex_gateway.audio import codec
-from duplex_gateway.audio.format import Encoding
-from duplex_gateway.audio.resample import StreamResampler
 from duplex_gateway.engine import port
-from duplex_gateway.engine.omni.fields import changed_fields, omni_session_fields
+from duplex_gateway.engine.omni.audio import ReplyAudio
+from duplex_gateway.engine.omni.events import (
+    OmniReply,
+    error_fields,
+    late_report,
+    reply_done,
+    response_id_of,
+    translate,
+)
+from duplex_gateway.engine.omni.fields import changed_fields
 from duplex_gateway.engine.omni.items import message_item
+from duplex_gateway.engine.omni.session import session_object
 from duplex_gateway.engine.omni.tools import (
     FunctionCalls,
     function_call_item,
     function_output_item,
     own_tools,
     reply_tools_refusal,
-    session_tools,
-    token_usage,
     tool_choice_object,
     tool_object,
 )
 from duplex_gateway.engine.remote.input_gate import InputGate
-from duplex_gateway.session_config import Modality, SessionConfig, SessionKind
+from duplex_gateway.session_config import SessionConfig
 
 __all__ = [
     "FULL_CODES",
@@ -78,7 +78,6 @@ __all__ = [
     "BackendKind",
     "BackendWire",
     "JsonObject",
-    "decode_backend_audio",
     "detect_kind",
     "error_fields",
     "response_id_of",
@@ -131,113 +130,6 @@ def detect_kind(created: Mapping[str, Any]) -> BackendKind:
     return BackendKind.VLLM_OMNI
 
 
-def session_object(config: SessionConfig, *, input_rate: int, output_rate: int, initial: bool) -> JsonObject:
-    """The ``session`` of a ``session.update``, in vLLM-Omni ``DuplexClient``'s shape.
-
-    PCM16 both ways at the engine's rates; ``turn_detection: null`` because the
-    gateway's own VAD (or the client) decides turns and commits them. Text is
-    always asked for: vLLM-Omni accepts a playback report only for a reply that
-    carried text, and the gateway session decides what the client gets.
-    """
-    modalities = ["text", "audio"] if Modality.AUDIO in config.output_modalities else ["text"]
-    session: JsonObject = {
-        "modalities": modalities,
-        "instructions": config.instructions or None,
-        "turn_detection": None,
-    }
-    if config.voice and config.voice != "default":
-        session["voice"] = config.voice
-    if config.speed != 1.0:
-        session["speed"] = config.speed
-    session.update(omni_session_fields(config))
-    # The functions the model may call (vLLM-Omni keeps them as extra_body.realtime_tools).
-    session.update(session_tools(config.tools, config.tool_choice))
-    # The model's knobs go as the client sent them, auto_response too: with it the backend's
-    # own turn-taking decides which commits get a reply (the gateway session leaves it to it).
-    session["extra_body"] = {
-        **config.extra_body,
-        "auto_response": config.auto_response and config.kind is SessionKind.REALTIME,
-    }
-    if initial:
-        session.update(
-            {
-                "input_audio_format": "pcm16",
-                "output_audio_format": "pcm16",
-                "sample_rate_hz": input_rate,
-                "audio": {"input": {"sample_rate_hz": input_rate}, "output": {"sample_rate_hz": output_rate}},
-            }
-        )
-    return session
-
-
-def response_id_of(event: Mapping[str, Any]) -> str | None:
-    """A response-scoped event's response id (top level, or ``response.id``)."""
-    value = event.get("response_id")
-    if isinstance(value, str) and value:
-        return value
-    response = event.get("response")
-    if isinstance(response, Mapping):
-        value = response.get("id")
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
-def error_fields(event: Mapping[str, Any]) -> tuple[str, str, str | None]:
-    """``(code, message, related event_id)`` of an ``error`` event, whatever its nesting."""
-    error = event.get("error")
-    source: Mapping[str, Any] = error if isinstance(error, Mapping) else event
-    code = source.get("code")
-    message = source.get("message")
-    if not isinstance(message, str):
-        message = error if isinstance(error, str) else ""
-    related = source.get("event_id")
-    return (
-        code if isinstance(code, str) and code else "backend_error",
-        message,
-        related if isinstance(related, str) and related else None,
-    )
-
-
-_PCM16_NAMES = frozenset({"pcm16", "pcm", "pcm_s16le", "s16le", "audio/pcm"})
-_F32_NAMES = frozenset({"pcm_f32le", "f32le", "float32", "audio/pcm_f32le"})
-_ULAW_NAMES = frozenset({"g711_ulaw", "ulaw", "pcmu", "audio/pcmu"})
-_ALAW_NAMES = frozenset({"g711_alaw", "alaw", "pcma", "audio/pcma"})
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _listen_reason(event: Mapping[str, Any]) -> str | None:
-    """Why the backend chose to listen (vLLM-Omni nests it under ``response.metadata``)."""
-    reason = _text(event.get("reason"))
-    if reason is not None:
-        return reason
-    response = event.get("response")
-    metadata = response.get("metadata") if isinstance(response, Mapping) else None
-    return _text(metadata.get("reason")) if isinstance(metadata, Mapping) else None
-
-
-def decode_backend_audio(data: bytes, fmt: str | None, rate: int) -> tuple[npt.NDArray[np.float32], int]:
-    """Backend reply audio as mono float32 and its rate (``wav`` carries its own)."""
-    name = (fmt or "pcm16").lower()
-    if name in _PCM16_NAMES:
-        return codec.decode(data[: len(data) - len(data) % 2], Encoding.PCM16), rate
-    if name in _F32_NAMES:
-        return codec.decode(data[: len(data) - len(data) % 4], Encoding.PCM_F32LE), rate
-    if name in _ULAW_NAMES:
-        return codec.decode(data, Encoding.G711_ULAW), rate
-    if name in _ALAW_NAMES:
-        return codec.decode(data, Encoding.G711_ALAW), rate
-    if name == "wav":
-        import soundfile
-
-        samples, wav_rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
-        return np.ascontiguousarray(samples.mean(axis=1), dtype=np.float32), int(wav_rate)
-    raise ValueError(f"unsupported backend audio format {fmt!r}")
-
-
 # ---------------------------------------------------------------------------------------
 
 
@@ -248,54 +140,6 @@ class _Requested:
     gateway_id: str | None  # None: the backend names it
     event_id: str
     cancelled: bool = False
-
-
-@dataclass(slots=True)
-class _Reply:
-    gateway_id: str
-    output_rate: int
-    dropped: bool = False
-    #: PCM16 samples handed to the gateway, at the engine's output rate.
-    samples: int = 0
-    #: The reply's audio as the backend's playback ledger counts it.
-    backend_ms: float = 0.0
-    acked: bool = False
-    _resampler: StreamResampler | None = field(default=None, repr=False)
-
-    @property
-    def produced_ms(self) -> float:
-        return self.samples * 1000.0 / self.output_rate
-
-    def convert(self, samples: npt.NDArray[np.float32], rate: int) -> bytes:
-        out = b""
-        if self._resampler is None or self._resampler.in_rate != rate:
-            out = self.flush()
-            self._resampler = StreamResampler(rate, self.output_rate)
-        return out + self._pcm(self._resampler.process(samples))
-
-    def pass_through(self, data: bytes) -> bytes:
-        """PCM16 already at the output rate (after whatever a resampler still holds)."""
-        head = self.flush()
-        self._resampler = None
-        pcm = data[: len(data) - len(data) % 2]
-        self.samples += len(pcm) // 2
-        return head + pcm
-
-    def flush(self) -> bytes:
-        if self._resampler is None:
-            return b""
-        return self._pcm(self._resampler.flush())
-
-    def _pcm(self, samples: npt.NDArray[np.float32]) -> bytes:
-        self.samples += int(samples.size)
-        return codec.encode(samples, Encoding.PCM16) if samples.size else b""
-
-    def backend_played(self, played_ms: int) -> int:
-        """``played_ms`` of the audio handed over, in the backend ledger's milliseconds."""
-        produced = self.produced_ms
-        if produced <= 0 or self.backend_ms <= 0:
-            return played_ms
-        return int(min(self.backend_ms, round(played_ms * self.backend_ms / produced)))
 
 
 class BackendWire:
@@ -313,9 +157,9 @@ class BackendWire:
         self._ids = itertools.count(1)
         self._requested: deque[_Requested] = deque()
         #: Backend response id -> the reply it is on the gateway side (in progress).
-        self._replies: dict[str, _Reply] = {}
+        self._replies: dict[str, OmniReply] = {}
         #: Finished replies by backend id.
-        self._finished: OrderedDict[str, _Reply] = OrderedDict()
+        self._finished: OrderedDict[str, OmniReply] = OrderedDict()
         #: Commits the backend has not confirmed yet (event id, gateway turn id), and the mapping once it has.
         self._commits: deque[tuple[str, str]] = deque(maxlen=_FINISHED_REMEMBERED)
         #: Text items sent under the gateway's ids: the ones a delete can name to the backend.
@@ -613,14 +457,14 @@ class BackendWire:
         ack = self._event("playback.ack", remember=True, response_id=backend_id, played_ms=played)
         return [ack, *self._released()]  # the reply played: what the caller said since may go
 
-    def _reported(self, response_id: str, heard_ms: int) -> tuple[str, _Reply | None, int]:
+    def _reported(self, response_id: str, heard_ms: int) -> tuple[str, OmniReply | None, int]:
         """The client reported on a reply: its backend id, its record, and ``heard_ms`` on the backend's clock."""
         backend_id = self._backend_id(response_id) or response_id
         reply = self._replies.get(backend_id) or self._finished.get(backend_id)
         heard = int(heard_ms)
         if reply is not None:
             reply.acked = True
-            heard = reply.backend_played(heard)
+            heard = reply.audio.ledger_played(heard)
         if backend_id in self._unreported:
             self._unreported.remove(backend_id)
         return backend_id, reply, heard
@@ -640,11 +484,11 @@ class BackendWire:
                 audio_end_ms=end,
             )
         ]
-        if reply is not None and reply.samples:
+        if reply is not None and reply.audio.samples:
             # The caller's playback of it is over: under vLLM-Omni's ACK_ONLY ledger a reply
             # acknowledged only in part keeps the turn busy, so the rest is acknowledged too
             # (the history stays cut at the truncation, a hard cap).
-            played = int(reply.backend_ms) if reply.backend_ms > 0 else int(reply.produced_ms)
+            played = reply.audio.ledger_total()
             out.append(self._event("playback.ack", remember=True, response_id=backend_id, played_ms=played))
         return out + self._released()
 
@@ -664,9 +508,8 @@ class BackendWire:
             reply = self._finished.get(backend_id)
             if reply is not None and not reply.acked:
                 reply.acked = True
-                played = int(reply.backend_ms) if reply.backend_ms > 0 else int(reply.produced_ms)
                 out.append(
-                    self._event("playback.ack", remember=True, response_id=backend_id, played_ms=played)
+                    self._event("playback.ack", remember=True, response_id=backend_id, played_ms=reply.audio.ledger_total())
                 )
         self._unreported.clear()
         return out
@@ -706,65 +549,11 @@ class BackendWire:
             # call: a reply of its own after all.
             self._calls.release(response_id)
             return [*self._response_created(response_id), *self._receive(event)]
-        if kind in ("response.output_audio.delta", "response.audio.delta"):
-            return self._audio(event)
-        if kind in (
-            "response.output_audio_transcript.delta",
-            "response.audio_transcript.delta",
-            "response.output_text.delta",
-            "response.text.delta",
-        ):
-            reply = self._replies.get(response_id_of(event) or "")
-            delta = event.get("delta")
-            if reply is None or reply.dropped or not isinstance(delta, str) or not delta:
-                return []
-            if "transcript" in str(kind):
-                return [port.EngineTranscript(response_id=reply.gateway_id, delta=delta)]
-            return [port.EngineText(response_id=reply.gateway_id, delta=delta)]
         if kind == "response.done":
             return self._response_done(event)
         if kind == "input_audio_buffer.committed":
             item = self._committed(event.get("item_id"))
             return [port.EngineTurnCommitted(item_id=item)] if item else []
-        if kind == "response.listen":
-            backend_id = response_id_of(event)
-            reply = self._replies.get(backend_id) if backend_id else None
-            if reply is not None and reply.dropped:
-                return []
-            return [
-                port.EngineListen(
-                    response_id=reply.gateway_id if reply is not None else None, reason=_listen_reason(event)
-                )
-            ]
-        if kind == "response.speak":
-            reply = self._replies.get(response_id_of(event) or "")
-            if reply is None or reply.dropped:
-                return []
-            return [port.EngineSpeak(response_id=reply.gateway_id)]
-        if kind == "overlap.decision":
-            return [
-                port.EngineOverlapDecision(
-                    policy=_text(event.get("policy")), action=_text(event.get("action")),
-                    reason=_text(event.get("reason")),
-                )
-            ]
-        if kind == "conversation.item.input_audio_transcription.delta":
-            text = event.get("delta")
-            if not isinstance(text, str) or not text:
-                return []
-            return [port.EngineInputTranscript(item_id=self._item(event.get("item_id")), text=text)]
-        if kind == "conversation.item.input_audio_transcription.completed":
-            text = event.get("transcript")
-            if not isinstance(text, str):
-                return []
-            return [
-                port.EngineInputTranscript(item_id=self._item(event.get("item_id")), text=text, final=True)
-            ]
-        if kind in ("input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped"):
-            # Sessions are opened with turn_detection null: the gateway finds turns. vLLM-Omni
-            # still brackets each commit with these; passed on, the gateway session would
-            # take them for the caller talking (and cut off the reply it just asked for).
-            return []
         if kind == "session.updated":
             if self._open_echo and self.kind is BackendKind.VLLM_OMNI:
                 self._open_echo = False
@@ -773,7 +562,10 @@ class BackendWire:
             return []
         if kind == "error":
             return self._error(event)
-        return []
+        # Sessions are opened with turn_detection null: the gateway finds the turns, so
+        # vLLM-Omni's speech events are no news (the table leaves them out).
+        out = translate(event, self._replies, caller_item=self._item)
+        return out if out is not None else []
 
     def _response_created(self, backend_id: str | None, *, hold: bool = False) -> list[port.EngineEvent]:
         if not backend_id or backend_id in self._replies or backend_id in self._finished:
@@ -782,39 +574,13 @@ class BackendWire:
             return []  # maybe the wrapper of a function call of the reply in progress
         requested = self._requested.popleft() if self._requested else None
         gateway_id = requested.gateway_id if requested is not None and requested.gateway_id else backend_id
-        reply = _Reply(gateway_id=gateway_id, output_rate=self.output_rate)
+        reply = OmniReply(gateway_id=gateway_id, audio=ReplyAudio(self.output_rate))
         self._replies[backend_id] = reply
         if requested is not None and requested.cancelled:
             reply.dropped = True
             self._outgoing.append(self._event("response.cancel", remember=True, response_id=backend_id))
             return []
         return [port.EngineResponseStarted(response_id=gateway_id)]
-
-    def _audio(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
-        reply = self._replies.get(response_id_of(event) or "")
-        delta = event.get("delta")
-        if reply is None or reply.dropped or not isinstance(delta, str) or not delta:
-            return []
-        hinted = event.get("sample_rate_hz")
-        rate = int(hinted) if isinstance(hinted, int) and hinted > 0 else self.output_rate
-        fmt = event.get("format")
-        fmt = fmt if isinstance(fmt, str) else None
-        metadata = event.get("metadata")
-        duration = metadata.get("audio_duration_ms") if isinstance(metadata, Mapping) else None
-        try:
-            data = base64.b64decode(delta, validate=False)
-            if rate == self.output_rate and (fmt or "pcm16").lower() in _PCM16_NAMES:
-                pcm = reply.pass_through(data)  # already what the gateway wants: no float round trip
-                seconds = len(pcm) / 2 / rate
-            else:
-                samples, rate = decode_backend_audio(data, fmt, rate)
-                seconds = samples.size / rate
-                pcm = reply.convert(samples, rate)
-        except (ValueError, binascii.Error, RuntimeError) as exc:
-            logger.warning("undecodable backend audio dropped: %s", exc)
-            return []
-        reply.backend_ms += float(duration) if isinstance(duration, int | float) else seconds * 1000.0
-        return [port.EngineAudio(response_id=reply.gateway_id, pcm=pcm)] if pcm else []
 
     def _response_done(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
         backend_id = response_id_of(event) or ""
@@ -830,31 +596,9 @@ class BackendWire:
         if reply.dropped:
             reply.acked = True  # nothing of it was played on purpose; vLLM-Omni was told to stop
             return []
-        response = event.get("response")
-        response = response if isinstance(response, Mapping) else {}
-        status = response.get("status")
-        status = status if isinstance(status, str) else "completed"
-        details = response.get("status_details")
-        reason = details.get("reason") if isinstance(details, Mapping) else None
-        out: list[port.EngineEvent] = []
-        if status == "completed":
-            tail = reply.flush()
-            if tail:
-                out.append(port.EngineAudio(response_id=reply.gateway_id, pcm=tail))
-        if self.kind is BackendKind.VLLM_OMNI and reply.samples and not reply.acked:
+        if self.kind is BackendKind.VLLM_OMNI and reply.audio.samples and not reply.acked:
             self._unreported.append(backend_id)
-        port_status = status if status in ("completed", "cancelled") else "failed"
-        input_tokens, output_tokens = token_usage(response)
-        out.append(
-            port.EngineResponseDone(
-                response_id=reply.gateway_id,
-                status=port_status,
-                reason=reason if isinstance(reason, str) and reason else None,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-            )
-        )
-        return out
+        return reply_done(reply, event)
 
     def _gateway_of(self, backend_id: str) -> str | None:
         """The gateway's id of the reply in progress ``backend_id`` (None: gone or dropped)."""
@@ -913,7 +657,7 @@ class BackendWire:
                 # About a reply that already ended on the backend (a race the gateway has fenced).
                 logger.info("backend refused %s: %s: %s", about, code, message)
                 return []
-        if code.startswith("playback_"):
-            logger.info("backend playback report refused: %s: %s", code, message)
+        if late_report(code):
+            logger.info("backend refused a report on a finished reply: %s: %s", code, message)
             return []
         return [port.EngineError(code=code, message=message or code), *refused]
