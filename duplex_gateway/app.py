@@ -34,8 +34,13 @@ from duplex_gateway.telephony.audiosocket import AudioSocketServer, start_audios
 from duplex_gateway.telephony.carrier import Carrier
 from duplex_gateway.telephony.dialect import CallDialect, CallProfile, CallSetup
 from duplex_gateway.telephony.hangup import HangupOutcome, hang_up
-from duplex_gateway.telephony.hangup import require_extras as require_hangup_extras
-from duplex_gateway.telephony.registry import DetectingCarrier, carrier_for
+from duplex_gateway.telephony.registry import (
+    DetectingCarrier,
+    carrier_for,
+    require_extras,
+    signed_streams,
+    subprotocols,
+)
 from duplex_gateway.telephony.webhooks import signature_checks, webhook_routes
 from duplex_gateway.transport import Socket
 from duplex_gateway.vad import SileroVad
@@ -135,15 +140,16 @@ class _Gateway:
     async def telephony(self, websocket: WebSocket) -> None:
         """A carrier's media stream: ``/telephony/<carrier>``, or ``/telephony`` to recognize it."""
         name = websocket.path_params.get("carrier")
-        # The auth layer has checked the carrier's signature (Twilio's upgrade) before this runs.
-        signed = frozenset({"twilio"}) if self.settings.telephony.twilio.auth_token else frozenset()
+        # The auth layer has checked the carrier's signature on the upgrade (where it signs one) before this runs.
+        signed = signed_streams(self.settings.telephony)
         carrier = DetectingCarrier(signed_only=signed) if name is None else carrier_for(name)
         offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
         if carrier is None:
             await websocket.close(int(CloseCode.POLICY_VIOLATION), f"no carrier named {name[:32]!r}" if name else None)
             return
-        # Asterisk's chan_websocket asks for the "media" subprotocol.
-        await websocket.accept(subprotocol="media" if "media" in offered else None)
+        # The subprotocol some carrier's stream asks for (chan_websocket's "media").
+        known = subprotocols()
+        await websocket.accept(subprotocol=next((p for p in offered if p in known), None))
         await self.serve_call(websocket, carrier)
 
     async def serve_call(self, socket: Socket, carrier: Carrier) -> None:
@@ -357,8 +363,9 @@ def _with_session(defaults: SessionConfig, session: Mapping[str, object]) -> Ses
 
 def create_app(settings: GatewaySettings, engine: port.Engine) -> Starlette:
     """The gateway as an ASGI app serving ``engine``."""
-    # A configured carrier hang-up whose extra is missing is refused now, not when a call ends.
-    require_hangup_extras(settings.telephony)
+    # A configured carrier feature (a hang-up, a signature) whose extra is missing is refused now,
+    # not when a call ends.
+    require_extras(settings.telephony)
     gateway = _Gateway(settings, engine)
     # Authentication, origins and connection limits, decided before any handler runs (duplex_gateway.auth).
     gate = Gate.from_settings(settings, signature_checks(settings))
@@ -376,7 +383,7 @@ def create_app(settings: GatewaySettings, engine: port.Engine) -> Starlette:
         Route("/healthz", gateway.healthz),
         Route("/readyz", gateway.readyz),
         Route("/metrics", gateway.metrics_endpoint),
-        # The carriers' answer webhooks (/telephony/twilio/voice, ...): TwiML, TeXML, Plivo XML, NCCO.
+        # The carriers' answer webhooks (/telephony/<carrier>/<path>), from the carriers' table.
         *webhook_routes(settings),
         Route("/v1/realtime/calls/{call_id}/hangup", gateway.hang_up_call, methods=["POST"]),
         WebSocketRoute("/v1/realtime", gateway.realtime),

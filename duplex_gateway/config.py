@@ -23,6 +23,7 @@ from duplex_gateway.engine.embedded.spec import EmbeddedLlmSettings, EmbeddedSet
 from duplex_gateway.engine.remote.spec import RemoteBackendSettings, RemoteSettings
 from duplex_gateway.engine.spec import engine_specs
 from duplex_gateway.engine.vllm_omni_spec import VllmOmniSettings
+from duplex_gateway.telephony.registry import carrier_settings
 
 __all__ = [
     "API_SCOPES",
@@ -39,7 +40,6 @@ __all__ = [
     "EngineSettings",
     "GatewaySettings",
     "LimitSettings",
-    "PlivoCarrierSettings",
     "RecordingSettings",
     "RemoteBackendSettings",
     "RemoteSettings",
@@ -47,11 +47,9 @@ __all__ = [
     "ServerSettings",
     "SessionDefaults",
     "TelephonyProfileSettings",
+    "TelephonySections",
     "TelephonySettings",
-    "TelnyxCarrierSettings",
-    "TwilioCarrierSettings",
     "VllmOmniSettings",
-    "VonageCarrierSettings",
     "load_settings",
 ]
 
@@ -211,47 +209,12 @@ class TelephonyProfileSettings(_Section):
     voice: str | None = None
 
 
-class TwilioCarrierSettings(_Section):
-    """Twilio credentials: the auth token checks ``X-Twilio-Signature``; both hang calls up over REST."""
+class TelephonySections(_Section):
+    """``telephony:``: what every call shares, and one section per carrier, from the carriers' table.
 
-    account_sid: str | None = None
-    auth_token: str | None = None
-    api_base_url: str = Field("https://api.twilio.com", pattern=r"^https?://\S+$")
+    A carrier reads its own section with ``SPEC.settings_of`` (``duplex_gateway.telephony.registry``).
+    """
 
-
-class TelnyxCarrierSettings(_Section):
-    """Telnyx: the API key hangs calls up; the public key (base64 Ed25519) checks webhook signatures."""
-
-    api_key: str | None = None
-    #: Base64 of the 32-byte key, as the portal shows it, or PEM.
-    public_key: str | None = Field(
-        None,
-        pattern=r"^\s*([A-Za-z0-9+/]{43}="
-        r"|-----BEGIN PUBLIC KEY-----[A-Za-z0-9+/=\s]+-----END PUBLIC KEY-----)\s*$",
-    )
-    #: How far a signed webhook's ``telnyx-timestamp`` may be from the gateway's clock.
-    signature_tolerance_s: float = Field(300.0, gt=0)
-    api_base_url: str = Field("https://api.telnyx.com", pattern=r"^https?://\S+$")
-
-
-class PlivoCarrierSettings(_Section):
-    """Plivo: the auth token checks ``X-Plivo-Signature-V3``; auth id and token hang calls up."""
-
-    auth_id: str | None = None
-    auth_token: str | None = None
-    api_base_url: str = Field("https://api.plivo.com", pattern=r"^https?://\S+$")
-
-
-class VonageCarrierSettings(_Section):
-    """Vonage: hang-up needs a JWT, given as is or minted from the application's private key."""
-
-    application_id: str | None = None
-    private_key_path: str | None = None
-    jwt: str | None = None
-    api_base_url: str = Field("https://api.nexmo.com", pattern=r"^https?://\S+$")
-
-
-class TelephonySettings(_Section):
     #: Reply audio is handed to the carrier at real time plus this lead: a clear drops at most this much.
     lead_ms: float = Field(100.0, ge=0, le=5_000)
     #: Take the reply's echo (speakerphones) out of the caller's audio before turn detection hears it.
@@ -265,10 +228,17 @@ class TelephonySettings(_Section):
     hangup_timeout_s: float = Field(5.0, gt=0, le=60)
     #: Listen for Asterisk AudioSocket calls (TCP) on this port, on server.host; null: no listener.
     audiosocket_port: int | None = Field(None, ge=0, le=65535)
-    twilio: TwilioCarrierSettings = TwilioCarrierSettings()
-    telnyx: TelnyxCarrierSettings = TelnyxCarrierSettings()
-    plivo: PlivoCarrierSettings = PlivoCarrierSettings()
-    vonage: VonageCarrierSettings = VonageCarrierSettings()
+
+
+def _telephony_settings_model() -> type[TelephonySections]:
+    sections: dict[str, Any] = {name: (model, model()) for name, model in carrier_settings().items()}
+    return create_model("TelephonySettings", __base__=TelephonySections, __module__=__name__, **sections)
+
+
+if TYPE_CHECKING:
+    TelephonySettings = TelephonySections
+else:
+    TelephonySettings = _telephony_settings_model()
 
 
 class EngineSections(_Section):

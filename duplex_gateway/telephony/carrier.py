@@ -1,4 +1,9 @@
-"""What every carrier's media stream comes down to: call events in, a few kinds of frames out.
+"""What every carrier comes down to: one :class:`CarrierSpec`, and a media stream of call events and frames.
+
+A carrier is one module under :mod:`duplex_gateway.telephony.carriers` holding its
+:class:`CarrierSpec`: its settings section, its media wire, its answer webhook, its
+signature checks and its REST hang-up, all pure. The adapters around them (the webhook
+routes, the auth layer's checks, the hang-up's HTTP call) know no carrier by name.
 
 A :class:`Carrier` is a pure translator for one call's socket (no I/O, no clock). It
 turns the carrier's messages into :data:`CallEvent` values and builds the messages
@@ -12,12 +17,24 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from abc import ABC
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 from duplex_gateway.audio.format import AudioFormat
 from duplex_gateway.errors import ErrorCode, ProtocolError
+from duplex_gateway.telephony.control import (
+    Answer,
+    AnswerHook,
+    CarrierSettings,
+    HangupOutcome,
+    HangupRequest,
+    Need,
+    Refusal,
+    SignatureRule,
+    WebhookRequest,
+)
 from duplex_gateway.transport import Frame
 
 __all__ = [
@@ -28,6 +45,8 @@ __all__ = [
     "Carrier",
     "CarrierCleared",
     "CarrierError",
+    "CarrierSpec",
+    "CarrierWire",
     "Dtmf",
     "FlowPaused",
     "FlowResumed",
@@ -158,6 +177,73 @@ class Carrier(Protocol):
     def hangup(self) -> Frame | None:
         """End the call in-band (None: closing the socket ends it)."""
         ...
+
+
+class CarrierWire(Carrier, Protocol):
+    """A carrier's media wire as a class: one instance per call, and how its first messages look."""
+
+    @staticmethod
+    def recognizes(frame: Frame) -> bool:
+        """Whether ``frame`` is this carrier's start (or greeting): how ``/telephony`` tells carriers apart."""
+        ...
+
+
+S = TypeVar("S", bound=CarrierSettings)
+
+
+class CarrierSpec(ABC, Generic[S]):
+    """One carrier, whole: the one thing a carrier's module declares (as ``SPEC``).
+
+    Everything here is pure: settings in, values out. What a carrier lacks keeps the
+    defaults (no settings, no answer webhook, no signatures, no REST hang-up).
+    """
+
+    #: The name in the paths (``/telephony/<name>``) and the settings section (``telephony.<name>``).
+    name: ClassVar[str]
+    #: The name people know it by, for logs.
+    title: ClassVar[str]
+    #: Its media wire (pure: frames in, call events out).
+    wire_class: ClassVar[type[CarrierWire]]
+    #: Its settings section; None: it has none.
+    settings_model: ClassVar[type[CarrierSettings] | None] = None
+    #: Its answer webhook; None: it has none (the call is routed to the gateway by other means).
+    answer_hook: ClassVar[AnswerHook | None] = None
+    #: WebSocket subprotocols its media stream asks for.
+    subprotocols: ClassVar[frozenset[str]] = frozenset()
+
+    def wire(self) -> Carrier:
+        """A new translator for one call's media stream."""
+        return self.wire_class()
+
+    def recognizes(self, frame: Frame) -> bool:
+        """Whether ``frame`` is this carrier's start (or greeting): how ``/telephony`` tells carriers apart."""
+        return self.wire_class.recognizes(frame)
+
+    def answer(self, request: WebhookRequest, stream_url: str) -> Answer:
+        """The answer webhook's document, streaming the call to ``stream_url``."""
+        raise NotImplementedError(f"{self.name} has no answer webhook")
+
+    def signatures(self, settings: S) -> Sequence[SignatureRule]:
+        """The signature checks ``settings`` turn on; ``ValueError`` (naming the key) if a key is unusable."""
+        return ()
+
+    def needs(self, settings: S) -> Sequence[Need]:
+        """The telephony extra's modules the configured features need, checked at start."""
+        return ()
+
+    def hangup_request(self, call_id: str, settings: S) -> HangupRequest | Refusal:
+        """The REST call that ends ``call_id`` (the carrier's id of the call), or why none is made."""
+        return HangupOutcome.UNSUPPORTED, None
+
+    def already_ended(self, status: int, codes: frozenset[str]) -> bool:
+        """Whether a hang-up's error answer (HTTP ``status``, the error ``codes`` in its body) means
+        the call had already ended."""
+        return False
+
+    def settings_of(self, telephony: object) -> S:
+        """This carrier's section of the telephony settings."""
+        section = getattr(telephony, self.name) if self.settings_model is not None else CarrierSettings()
+        return cast("S", section)
 
 
 # -- helpers the carriers share -------------------------------------------------------------

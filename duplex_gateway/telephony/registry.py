@@ -1,4 +1,10 @@
-"""The carriers the gateway speaks, by the name in their path, and telling them apart by their first messages."""
+"""The carriers' table: each carrier's module by the name in its path, and telling them apart by their first messages.
+
+A carrier is one module under :mod:`duplex_gateway.telephony.carriers` whose ``SPEC`` is its
+:class:`~duplex_gateway.telephony.carrier.CarrierSpec`; adding a carrier is adding its module
+here. The configuration takes each carrier's settings section from this table, the webhook
+routes and the hang-up their carrier from it: no other module names a carrier.
+"""
 
 from __future__ import annotations
 
@@ -8,37 +14,83 @@ from typing import Any, ClassVar
 
 from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
+from duplex_gateway.telephony.control import CarrierSettings
 from duplex_gateway.transport import Frame
 
-__all__ = ["CARRIERS", "DetectingCarrier", "carrier_class", "carrier_for"]
+__all__ = [
+    "CARRIERS",
+    "DetectingCarrier",
+    "carrier_for",
+    "carrier_settings",
+    "require_extras",
+    "signed_streams",
+    "spec",
+    "specs",
+    "subprotocols",
+]
 
-#: Carrier classes by path name (``/telephony/<name>``), in the order ``/telephony`` tries them.
-#: Each has a static ``recognizes(frame) -> bool`` that tells its start (or greeting) apart.
+#: Carrier modules by path name (``/telephony/<name>``), in the order ``/telephony`` tries them.
 CARRIERS: dict[str, str] = {
-    "twilio": "duplex_gateway.telephony.carriers.twilio:TwilioCarrier",
-    "telnyx": "duplex_gateway.telephony.carriers.telnyx:TelnyxCarrier",
-    "plivo": "duplex_gateway.telephony.carriers.plivo:PlivoCarrier",
-    "exotel": "duplex_gateway.telephony.carriers.exotel:ExotelCarrier",
-    "vonage": "duplex_gateway.telephony.carriers.vonage:VonageCarrier",
-    "asterisk": "duplex_gateway.telephony.carriers.asterisk:AsteriskCarrier",
+    "twilio": "duplex_gateway.telephony.carriers.twilio",
+    "telnyx": "duplex_gateway.telephony.carriers.telnyx",
+    "plivo": "duplex_gateway.telephony.carriers.plivo",
+    "exotel": "duplex_gateway.telephony.carriers.exotel",
+    "vonage": "duplex_gateway.telephony.carriers.vonage",
+    "asterisk": "duplex_gateway.telephony.carriers.asterisk",
 }
 #: Messages held while the carrier is not known yet (its greeting comes before its start).
 _MAX_HELD = 8
 
 
-def carrier_class(name: str) -> Any:
-    """The class of carrier ``name`` (None: no such carrier)."""
-    spec = CARRIERS.get(name)
-    if spec is None:
+def spec(name: str) -> call.CarrierSpec[Any] | None:
+    """Carrier ``name`` (None: no such carrier)."""
+    module = CARRIERS.get(name)
+    if module is None:
         return None
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    found: call.CarrierSpec[Any] = importlib.import_module(module).SPEC
+    return found
+
+
+def specs() -> list[call.CarrierSpec[Any]]:
+    """Every carrier, in the table's order."""
+    return [found for name in CARRIERS if (found := spec(name)) is not None]
 
 
 def carrier_for(name: str) -> call.Carrier | None:
     """A new translator for one call of carrier ``name`` (None: no such carrier)."""
-    cls = carrier_class(name)
-    return cls() if cls is not None else None
+    found = spec(name)
+    return found.wire() if found is not None else None
+
+
+def carrier_settings() -> dict[str, type[CarrierSettings]]:
+    """Each carrier's settings section (``telephony.<name>``), for the carriers that have one."""
+    return {found.name: found.settings_model for found in specs() if found.settings_model is not None}
+
+
+def subprotocols() -> frozenset[str]:
+    """The WebSocket subprotocols some carrier's media stream asks for."""
+    return frozenset().union(*(found.subprotocols for found in specs()))
+
+
+def signed_streams(telephony: object) -> frozenset[str]:
+    """The carriers whose media streams ``telephony`` has signed: they must come on their own path."""
+    return frozenset(
+        found.name for found in specs()
+        if any(rule.on == "stream" for rule in found.signatures(found.settings_of(telephony)))
+    )
+
+
+def require_extras(telephony: object) -> None:
+    """:class:`~duplex_gateway.extras.MissingExtra` if a configured carrier feature lacks the telephony extra.
+
+    Checked at start: a hang-up runs when the gateway ends a call, too late to learn its extra is missing.
+    """
+    # Imported here: the configuration loads this table while it is being built, and extras needs it.
+    from duplex_gateway.extras import require
+
+    for found in specs():
+        for need in found.needs(found.settings_of(telephony)):
+            require("telephony", need.what, need.modules)
 
 
 class DetectingCarrier:
@@ -96,10 +148,9 @@ class DetectingCarrier:
 
     @staticmethod
     def _recognize(frame: Frame) -> call.Carrier | None:
-        for name in CARRIERS:
-            cls = carrier_class(name)
-            if cls.recognizes(frame):
-                return cls()  # type: ignore[no-any-return]
+        for found in specs():
+            if found.recognizes(frame):
+                return found.wire()
         return None
 
     def media(self, audio: bytes) -> Sequence[Frame]:

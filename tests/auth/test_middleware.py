@@ -283,7 +283,7 @@ def test_engine_admin_routes_ask_for_the_admin_scope() -> None:
 
 
 def test_a_signed_webhook_body_is_read_once_for_the_check_and_again_by_the_handler() -> None:
-    from duplex_gateway.telephony.signatures import twilio_signature
+    from duplex_gateway.telephony.carriers.twilio import twilio_signature
     from duplex_gateway.telephony.webhooks import MAX_WEBHOOK_BODY_BYTES
 
     token = "twilio-token-for-the-auth-layer"

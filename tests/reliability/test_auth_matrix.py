@@ -28,7 +28,8 @@ from websockets.exceptions import InvalidStatus
 
 from duplex_gateway.auth.principal import Scope
 from duplex_gateway.auth.tokens import TokenSigner
-from duplex_gateway.telephony.signatures import plivo_v3_signature, twilio_signature
+from duplex_gateway.telephony.carriers.plivo import plivo_v3_signature
+from duplex_gateway.telephony.carriers.twilio import twilio_signature
 from tests.e2e.helpers import Gateway, GatewayFactory, recv_until, ws_connect
 from tests.reliability.clients import record
 

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from duplex_gateway.telephony.signatures import twilio_signature
+from duplex_gateway.telephony.carriers.twilio import twilio_signature
 from tests.e2e.helpers import Gateway, GatewayFactory, ws_connect
 from tests.telephony.phone import Phone
 from tests.telephony.twilio_wire import ACCOUNT_SID, CALL_SID, TwilioWire

@@ -23,7 +23,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from duplex_gateway.config import TelephonySettings, load_settings
-from duplex_gateway.telephony.hangup import HangupOutcome, hang_up, vonage_jwt
+from duplex_gateway.telephony.carriers.vonage import vonage_jwt
+from duplex_gateway.telephony.hangup import HangupOutcome, hang_up
 
 ACCOUNT_SID, TWILIO_TOKEN = "AC0123456789", "twilio-token"
 TELNYX_KEY = "KEYtelnyx"

@@ -12,16 +12,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from duplex_gateway.telephony.signatures import (
-    plivo_v3_signature,
-    telnyx_public_key,
-    twilio_body_hash,
-    twilio_signature,
-    url_port_variants,
-    validate_plivo_v3,
-    validate_telnyx,
-    validate_twilio,
-)
+from duplex_gateway.telephony.carriers.plivo import plivo_v3_signature, validate_plivo_v3
+from duplex_gateway.telephony.carriers.telnyx import telnyx_public_key, validate_telnyx
+from duplex_gateway.telephony.carriers.twilio import twilio_body_hash, twilio_signature, validate_twilio
+from duplex_gateway.telephony.signatures import url_port_variants
 
 # -- Twilio: the vectors of twilio-python's request validator tests --------------------------------
 

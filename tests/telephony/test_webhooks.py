@@ -23,7 +23,8 @@ from websockets.exceptions import InvalidStatus
 from duplex_gateway.app import create_app
 from duplex_gateway.config import ConfigError, load_settings
 from duplex_gateway.engine.echo import EchoEngine
-from duplex_gateway.telephony.signatures import plivo_v3_signature, twilio_body_hash, twilio_signature
+from duplex_gateway.telephony.carriers.plivo import plivo_v3_signature
+from duplex_gateway.telephony.carriers.twilio import twilio_body_hash, twilio_signature
 from duplex_gateway.telephony.webhooks import MAX_WEBHOOK_BODY_BYTES
 from tests.e2e.helpers import Gateway, GatewayFactory, ws_connect
 from tests.telephony.twilio_wire import TwilioWire

@@ -24,9 +24,10 @@ from typing import Any, ClassVar
 from duplex_gateway.audio.format import MAX_RATE, AudioFormat, Encoding
 from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
+from duplex_gateway.telephony.control import CarrierSettings
 from duplex_gateway.transport import Frame
 
-__all__ = ["AsteriskCarrier", "asterisk_format"]
+__all__ = ["SPEC", "AsteriskCarrier", "asterisk_format"]
 
 #: Asterisk drops text commands longer than this (``MAX_TEXT_MESSAGE_LEN``).
 MAX_COMMAND_BYTES = 128
@@ -268,3 +269,16 @@ def _lookup(variables: Mapping[str, str], names: Sequence[str]) -> str | None:
         if value:
             return value
     return None
+
+
+class AsteriskSpec(call.CarrierSpec[CarrierSettings]):
+    """Asterisk ``chan_websocket``: dialled by the dialplan, no webhook or signature; ``HANGUP`` ends a call in-band."""
+
+    name = "asterisk"
+    title = "Asterisk"
+    wire_class = AsteriskCarrier
+    #: chan_websocket asks for the "media" subprotocol.
+    subprotocols = frozenset({"media"})
+
+
+SPEC = AsteriskSpec()

@@ -18,9 +18,10 @@ from typing import Any, ClassVar
 from duplex_gateway.audio.format import AudioFormat, Encoding
 from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
+from duplex_gateway.telephony.control import CarrierSettings
 from duplex_gateway.transport import Frame
 
-__all__ = ["EXOTEL_RATES", "MAX_MEDIA_BYTES", "MEDIA_MULTIPLE", "MIN_MEDIA_BYTES", "ExotelCarrier"]
+__all__ = ["EXOTEL_RATES", "MAX_MEDIA_BYTES", "MEDIA_MULTIPLE", "MIN_MEDIA_BYTES", "SPEC", "ExotelCarrier"]
 
 #: The sample rates the Voicebot applet streams at (8 kHz unless its URL asks for more).
 EXOTEL_RATES = (8_000, 16_000, 24_000)
@@ -139,3 +140,13 @@ def _format(media_format: object) -> AudioFormat:
         )
     return AudioFormat(encoding=Encoding.PCM16, rate=rate)
 
+
+class ExotelSpec(call.CarrierSpec[CarrierSettings]):
+    """Exotel: the Voicebot applet's stream; no answer webhook, no signature, no REST hang-up (closing the stream ends the call)."""
+
+    name = "exotel"
+    title = "Exotel"
+    wire_class = ExotelCarrier
+
+
+SPEC = ExotelSpec()

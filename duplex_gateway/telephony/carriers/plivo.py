@@ -7,22 +7,64 @@ a ``checkpoint`` is the mark, answered by ``playedStream`` only once the audio b
 it has played. ``clearAudio`` drops the audio Plivo holds and is answered by
 ``clearedAudio``; the checkpoints it dropped are never answered. Plivo sends no
 ``stop``: the socket just closes, and the gateway ends the session on disconnect.
+
+The control plane: the answer webhook (``GET|POST /telephony/plivo/answer``) answers Plivo XML
+``<Stream bidirectional="true" keepCallAlive="true">`` with who called whom as ``extraHeaders``;
+with ``telephony.plivo.auth_token`` set, ``X-Plivo-Signature-V3`` is checked on it (base64
+HMAC-SHA256, keyed with the auth token, over the URL with its query sorted and the POST
+parameters appended, a dot and ``X-Plivo-Signature-V3-Nonce``; the header may hold several
+signatures, comma-separated). With the auth id too, a call the gateway ends is deleted over REST.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import re
+import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+from pydantic import Field
 
 from duplex_gateway.audio.format import AudioFormat, Encoding
 from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
+from duplex_gateway.telephony.control import (
+    NOT_CONFIGURED,
+    XML_DECLARATION,
+    Answer,
+    AnswerHook,
+    CarrierSettings,
+    HangupRequest,
+    Need,
+    Refusal,
+    SignatureRule,
+    SignedRequest,
+    WebhookRequest,
+    path_segment,
+)
+from duplex_gateway.telephony.signatures import Params, equal, multi
 from duplex_gateway.transport import Frame
 
-__all__ = ["L16_RATES", "PlivoCarrier", "extra_headers"]
+__all__ = [
+    "L16_RATES",
+    "SPEC",
+    "PlivoCarrier",
+    "PlivoSettings",
+    "extra_headers",
+    "plivo_extra_headers",
+    "plivo_v3_signature",
+    "plivo_xml",
+    "validate_plivo_v3",
+]
+
+#: ``extraHeaders`` in the answer: letters and digits only, 512 bytes at most.
+_EXTRA_HEADER_BYTES = 512
+_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 
 #: Rates Plivo streams ``audio/x-l16`` at; μ-law is 8 kHz only.
 L16_RATES = (8_000, 16_000)
@@ -212,3 +254,143 @@ def _first(parameters: Mapping[str, str], *keys: str) -> str | None:
         if parameters.get(key):
             return parameters[key]
     return None
+
+
+# -- the control plane ----------------------------------------------------------------------
+
+
+class PlivoSettings(CarrierSettings):
+    """Plivo: the auth token checks ``X-Plivo-Signature-V3``; auth id and token hang calls up."""
+
+    auth_id: str | None = None
+    auth_token: str | None = None
+    api_base_url: str = Field("https://api.plivo.com", pattern=r"^https?://\S+$")
+
+
+def _signed_url(url: str, params: Params | None, method: str) -> str:
+    parts = urlsplit(url)
+    base = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+    query = multi(parse_qsl(parts.query, keep_blank_values=True))
+    posted = multi(params)
+    if method.upper() == "GET":
+        for name, values in posted.items():  # a GET's parameters are its query
+            query.setdefault(name, []).extend(values)
+        posted = {}
+    sorted_query = "&".join(
+        f"{name}={value}" for name in sorted(query) for value in sorted(query[name])
+    )
+    if sorted_query or posted:
+        base += "?" + sorted_query
+    if sorted_query and posted:
+        base += "."
+    return base + "".join(name + value for name in sorted(posted) for value in sorted(posted[name]))
+
+
+def plivo_v3_signature(
+    auth_token: str, url: str, nonce: str, params: Params | None = None, method: str = "POST"
+) -> str:
+    """The ``X-Plivo-Signature-V3`` Plivo sends for a ``method`` request to ``url`` with ``params``."""
+    message = f"{_signed_url(url, params, method)}.{nonce}"
+    digest = hmac.new(auth_token.encode(), message.encode(), hashlib.sha256).digest()
+    return base64.b64encode(digest).decode()
+
+
+def validate_plivo_v3(
+    auth_token: str,
+    url: str,
+    nonce: str | None,
+    signatures: str | None,
+    params: Params | None = None,
+    method: str = "POST",
+) -> bool:
+    """Whether any of the comma-separated ``signatures`` is Plivo's for this request."""
+    if not signatures or nonce is None or not auth_token:
+        return False
+    expected = plivo_v3_signature(auth_token, url, nonce, params, method)
+    matches = [equal(expected, given.strip()) for given in signatures.split(",")]
+    return any(matches)
+
+
+def plivo_extra_headers(headers: Mapping[str, str]) -> str:
+    """``name=value,...`` of letters and digits only (Plivo's rule), at most 512 bytes."""
+    pairs: list[str] = []
+    size = 0
+    for name, value in headers.items():
+        pair = f"{_NOT_ALNUM.sub('', name)}={_NOT_ALNUM.sub('', value)}"
+        if pair.startswith("="):
+            continue
+        added = len(pair) + (1 if pairs else 0)
+        if size + added > _EXTRA_HEADER_BYTES:
+            break
+        pairs.append(pair)
+        size += added
+    return ",".join(pairs)
+
+
+def plivo_xml(url: str, headers: Mapping[str, str]) -> str:
+    """Plivo's ``<Stream bidirectional="true" keepCallAlive="true" ...>wss://...</Stream>``."""
+    root = ET.Element("Response")
+    attributes = {
+        "bidirectional": "true",
+        "keepCallAlive": "true",
+        "contentType": "audio/x-mulaw;rate=8000",
+    }
+    extra = plivo_extra_headers(headers)
+    if extra:
+        attributes["extraHeaders"] = extra
+    stream = ET.SubElement(root, "Stream", attributes)
+    stream.text = url
+    return XML_DECLARATION + ET.tostring(root, encoding="unicode")
+
+
+class PlivoSpec(call.CarrierSpec[PlivoSettings]):
+    """Plivo: audio streams, the answer XML, ``X-Plivo-Signature-V3``, the Call API."""
+
+    name = "plivo"
+    title = "Plivo"
+    wire_class = PlivoCarrier
+    settings_model = PlivoSettings
+    answer_hook = AnswerHook("answer", ("GET", "POST"))
+
+
+    def answer(self, request: WebhookRequest, stream_url: str) -> Answer:
+        headers = {**request.who(("From", "from"), ("To", "to")), **request.passed()}
+        return Answer(plivo_xml(stream_url, headers), "text/xml")
+
+    def signatures(self, settings: PlivoSettings) -> Sequence[SignatureRule]:
+        token = settings.auth_token
+        if not token:
+            return ()
+
+        def webhook(request: SignedRequest) -> bool:
+            nonce = request.header("x-plivo-signature-v3-nonce")
+            signatures = request.header("x-plivo-signature-v3")
+            params = request.fields if request.method == "POST" else None
+            return any(
+                validate_plivo_v3(token, url, nonce, signatures, params, request.method) for url in request.urls
+            )
+
+        return (SignatureRule("answer", webhook, "X-Plivo-Signature-V3 does not match"),)
+
+    def needs(self, settings: PlivoSettings) -> Sequence[Need]:
+        if settings.auth_id and settings.auth_token:
+            return (Need("telephony.plivo's REST hang-up", ("httpx2",)),)
+        return ()
+
+    def hangup_request(self, call_id: str, settings: PlivoSettings) -> HangupRequest | Refusal:
+        # DELETE {base}/v1/Account/{auth_id}/Call/{call_uuid}/, Basic auth; 204 when done.
+        auth_id, token = settings.auth_id, settings.auth_token
+        if not (auth_id and token):
+            return NOT_CONFIGURED
+        return HangupRequest(
+            "DELETE",
+            f"{settings.api_base_url.rstrip('/')}/v1/Account/{path_segment(auth_id)}/Call/{path_segment(call_id)}/",
+            {"Accept": "application/json"},
+            auth=(auth_id, token),
+        )
+
+    def already_ended(self, status: int, codes: frozenset[str]) -> bool:
+        return status == 404
+
+
+SPEC = PlivoSpec()

@@ -9,20 +9,44 @@ same payload once the audio queued before it has played, which is a mark. A
 ``clear`` action drops the queued audio (and the pending notifies) and is
 acknowledged with ``websocket:cleared``. There is no stop message: the call ends
 when the socket closes.
+
+The control plane: the answer webhook (``GET|POST /telephony/vonage/answer``) answers an NCCO
+``connect`` to the gateway's WebSocket at 16 kHz, the call's uuid and who called whom in its
+``headers``. A call the gateway ends is hung up over REST with a JWT, given as
+``telephony.vonage.jwt`` or minted from the application's private key.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import time
+import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
+
+from pydantic import Field
 
 from duplex_gateway.audio.format import AudioFormat, Encoding
 from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
+from duplex_gateway.telephony.control import (
+    NOT_CONFIGURED,
+    Answer,
+    AnswerHook,
+    CarrierSettings,
+    HangupOutcome,
+    HangupRequest,
+    Need,
+    Refusal,
+    WebhookRequest,
+    path_segment,
+    without_extra,
+)
 from duplex_gateway.transport import Frame
 
-__all__ = ["FRAME_MS", "VONAGE_RATES", "VonageCarrier"]
+__all__ = ["FRAME_MS", "SPEC", "VONAGE_RATES", "VonageCarrier", "VonageSettings", "ncco", "vonage_jwt"]
 
 #: The rates an NCCO's ``content-type`` may name.
 VONAGE_RATES = (8_000, 16_000, 24_000)
@@ -36,6 +60,8 @@ _OWN_KEYS = frozenset({"event", "content-type"})
 _CALL_ID_KEYS = ("uuid", "call_uuid", "call_id", "conversation_uuid")
 _CALLER_KEYS = ("from", "caller", "From", "caller_id")
 _CALLEE_KEYS = ("to", "callee", "To")
+#: How long a JWT minted for a hang-up is valid.
+_JWT_TTL_S = 900
 #: The keys of a DTMF keypad.
 _KEYS = frozenset("0123456789*#ABCDabcd")
 
@@ -165,3 +191,105 @@ def _first(parameters: Mapping[str, str], keys: Sequence[str]) -> str | None:
 def _text(value: object) -> str:
     """A header's value as text (an NCCO header may be any JSON value)."""
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+# -- the control plane ----------------------------------------------------------------------
+
+
+class VonageSettings(CarrierSettings):
+    """Vonage: hang-up needs a JWT, given as is or minted from the application's private key."""
+
+    application_id: str | None = None
+    private_key_path: str | None = None
+    jwt: str | None = None
+    api_base_url: str = Field("https://api.nexmo.com", pattern=r"^https?://\S+$")
+
+
+def ncco(url: str, headers: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Vonage's NCCO: connect the call to the gateway's WebSocket, 16 kHz linear PCM."""
+    endpoint = {
+        "type": "websocket",
+        "uri": url,
+        "content-type": "audio/l16;rate=16000",
+        "headers": dict(headers),
+    }
+    return [{"action": "connect", "endpoint": [endpoint]}]
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def vonage_jwt(application_id: str, private_key_pem: bytes, *, now: float | None = None) -> str:
+    """A Vonage application JWT (RS256: ``application_id``, ``iat``, ``exp``, ``jti``)."""
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+    key = serialization.load_pem_private_key(private_key_pem, password=None)
+    if not isinstance(key, rsa.RSAPrivateKey):
+        raise TypeError("the Vonage private key is not an RSA key")
+    issued = int(time.time() if now is None else now)
+    header = {"alg": "RS256", "typ": "JWT"}
+    claims = {
+        "application_id": application_id,
+        "iat": issued,
+        "exp": issued + _JWT_TTL_S,
+        "jti": uuid.uuid4().hex,
+    }
+    signing_input = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
+    signature = key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
+    return f"{signing_input}.{_b64url(signature)}"
+
+
+class VonageSpec(call.CarrierSpec[VonageSettings]):
+    """Vonage: the Voice API WebSocket, the NCCO answer, the Voice API's hang-up."""
+
+    name = "vonage"
+    title = "Vonage"
+    wire_class = VonageCarrier
+    settings_model = VonageSettings
+    answer_hook = AnswerHook("answer", ("GET", "POST"))
+
+
+    def answer(self, request: WebhookRequest, stream_url: str) -> Answer:
+        headers = request.who(("from", "From"), ("to", "To"))
+        if (call_uuid := request.get("uuid")) is not None:
+            headers["uuid"] = call_uuid  # the call's id, for the REST hang-up
+        headers.update(request.passed())
+        # Compact JSON, as Starlette's JSONResponse writes it.
+        body = json.dumps(ncco(stream_url, headers), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return Answer(body, "application/json")
+
+    def needs(self, settings: VonageSettings) -> Sequence[Need]:
+        needs = []
+        if settings.jwt or (settings.application_id and settings.private_key_path):
+            needs.append(Need("telephony.vonage's REST hang-up", ("httpx2",)))
+        if settings.application_id and settings.private_key_path and not settings.jwt:
+            needs.append(Need("telephony.vonage.private_key_path (Vonage's JWT)", ("cryptography",)))
+        return needs
+
+    def hangup_request(self, call_id: str, settings: VonageSettings) -> HangupRequest | Refusal:
+        # PUT {base}/v1/calls/{uuid} {"action":"hangup"}, Bearer JWT.
+        token = settings.jwt
+        if not token:
+            if not (settings.application_id and settings.private_key_path):
+                return NOT_CONFIGURED
+            try:
+                # The key is read at each hang-up, so a rotated key file is picked up.
+                token = vonage_jwt(settings.application_id, Path(settings.private_key_path).read_bytes())
+            except ImportError:
+                return HangupOutcome.FAILED, without_extra(("cryptography",))
+            except (OSError, ValueError, TypeError) as exc:
+                return HangupOutcome.FAILED, f"cannot mint the Vonage JWT: {type(exc).__name__}"
+        return HangupRequest(
+            "PUT",
+            f"{settings.api_base_url.rstrip('/')}/v1/calls/{path_segment(call_id)}",
+            {"Accept": "application/json", "Authorization": f"Bearer {token}"},
+            json_body={"action": "hangup"},
+        )
+
+    def already_ended(self, status: int, codes: frozenset[str]) -> bool:
+        return status == 404
+
+
+SPEC = VonageSpec()
