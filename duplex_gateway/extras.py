@@ -5,8 +5,8 @@ carriers' media streams, with no speech model and no GPL code. The rest is opt-i
 
 * ``embedded``: the CPU speech stack of the ``embedded`` engine (pocketsphinx, faster-whisper with
   Whisper tiny.en, Piper with one voice). Piper is GPL-3.0-or-later.
-* ``telephony``: what only carrier integrations need (G.722 for Telnyx, signatures and Vonage's
-  JWT through ``cryptography``, the carriers' REST hang-up through ``httpx2``).
+* ``telephony``: what only carrier integrations need (the G.722 codec, signatures and JWTs
+  through ``cryptography``, the carriers' REST hang-up through ``httpx2``).
 
 Nothing in the core imports these at import time; a feature checks with :func:`require` when it
 is configured, so the gateway refuses to start (or the one call refuses) with the fix in words.

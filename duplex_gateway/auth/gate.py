@@ -173,7 +173,7 @@ class Gate:
                 reason="signature",
             )
         # No signature configured for it: open, as before keys existed. API keys are not asked for,
-        # nor read: a carrier sends none of ours (Vonage's own JWT may ride in Authorization).
+        # nor read: a carrier sends none of ours (its own JWT may ride in Authorization).
         carrier = route_path(conn).removeprefix("/telephony").strip("/").split("/")[0] or "detect"
         return Principal(kind=PrincipalKind.CARRIER, name=f"carrier:{carrier[:32]}", scopes=frozenset())
 

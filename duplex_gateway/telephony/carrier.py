@@ -70,7 +70,7 @@ class CallStart:
     stream_id: str | None = None
     caller: str | None = None  # "from"
     callee: str | None = None  # "to"
-    #: What the call was set up with: Twilio ``customParameters``, Vonage NCCO headers, ...
+    #: What the call was set up with: the parameters or headers its answer webhook passed on.
     parameters: Mapping[str, str] = field(default_factory=dict)
     input_format: AudioFormat
     output_format: AudioFormat
@@ -111,12 +111,12 @@ class CallEnded:
 
 @dataclass(frozen=True, slots=True)
 class FlowPaused:
-    """The carrier's buffer is full (Asterisk ``MEDIA_XOFF``): send no audio until :class:`FlowResumed`."""
+    """The carrier's buffer is full: send no audio until :class:`FlowResumed`."""
 
 
 @dataclass(frozen=True, slots=True)
 class FlowResumed:
-    """The carrier takes audio again (Asterisk ``MEDIA_XON``)."""
+    """The carrier takes audio again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +135,7 @@ CallEvent = (
 @dataclass(frozen=True, slots=True)
 class Framing:
     """How the carrier wants reply audio cut: ``chunk_ms`` pieces, at least ``min_bytes``,
-    a whole multiple of ``multiple`` bytes (Exotel: 3.2 KB minimum, multiples of 320 B)."""
+    a whole multiple of ``multiple`` bytes (e.g. 3.2 KB minimum, multiples of 320 B)."""
 
     chunk_ms: int = 40
     min_bytes: int = 0

@@ -3,7 +3,7 @@
 Reply audio is handed to the carrier at real time plus a small lead, in pieces of the
 carrier's framing, each followed by a mark. The marks the carrier echoes are the
 playback cursor. A clear starts a new epoch: marks of an older epoch are ignored,
-because some carriers (Twilio) echo every pending mark when they drop their buffer,
+because some carriers echo every pending mark when they drop their buffer,
 and those marks say "discarded", not "played". Carriers without marks are paced at
 real time and the clock is the cursor.
 
