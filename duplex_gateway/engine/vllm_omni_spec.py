@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from duplex_gateway.config import GatewaySettings
     from duplex_gateway.engine.port import Engine
 
-__all__ = ["DUPLEX", "STREAM", "VllmOmniSettings", "omni_settings"]
+__all__ = ["DUPLEX", "STREAM", "VllmOmniSettings", "omni_settings", "vllm_omni_installed"]
 
 
 class VllmOmniSettings(SettingsSection):
@@ -48,6 +48,11 @@ class VllmOmniSettings(SettingsSection):
     prompt: str = ""
 
 
+def vllm_omni_installed() -> bool:
+    """Whether vLLM-Omni can be imported here (looked up, not imported: that is the engine's start)."""
+    return importlib.util.find_spec("vllm_omni") is not None
+
+
 def omni_settings(settings: GatewaySettings) -> VllmOmniSettings:
     """``engine.vllm_omni``, checked for what both engines need: a model (or a factory) and vLLM-Omni."""
     # The configuration imports this module, so its error type is imported at build time.
@@ -60,7 +65,7 @@ def omni_settings(settings: GatewaySettings) -> VllmOmniSettings:
             f"engine {name} needs engine.vllm_omni.model (--model) "
             "or engine.vllm_omni.omni_factory (--omni-factory)"
         )
-    if importlib.util.find_spec("vllm_omni") is None:
+    if not vllm_omni_installed():
         raise ConfigError(
             f"engine {name} needs vLLM-Omni, which is not installed in this environment: "
             "build its virtualenv with `make omni-venv` and run the gateway from it "

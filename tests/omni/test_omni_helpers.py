@@ -162,9 +162,9 @@ def test_load_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_settings_and_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    from duplex_gateway.engine import registry
+    from duplex_gateway.engine import vllm_omni_spec
 
-    monkeypatch.setattr(registry, "_vllm_omni_installed", lambda: True)
+    monkeypatch.setattr(vllm_omni_spec, "vllm_omni_installed", lambda: True)
     assert {"vllm-omni", "vllm-omni-stream"} <= set(ENGINES)
     settings = load_settings(
         **{
@@ -192,9 +192,9 @@ def test_settings_and_registry(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_without_vllm_omni_the_error_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from duplex_gateway.engine import registry
+    from duplex_gateway.engine import vllm_omni_spec
 
-    monkeypatch.setattr(registry, "_vllm_omni_installed", lambda: False)
+    monkeypatch.setattr(vllm_omni_spec, "vllm_omni_installed", lambda: False)
     for name in ("vllm-omni", "vllm-omni-stream"):
         with pytest.raises(ConfigError, match="make omni-venv"):
             build_engine(load_settings(**{"engine.name": name, "engine.vllm_omni.model": "m"}))
