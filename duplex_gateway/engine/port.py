@@ -271,7 +271,10 @@ class EngineSpeechStopped(EngineEvent):
 class EngineTurnCommitted(EngineEvent):
     """The engine's record of a caller turn: ``item_id`` (the engine's name for it).
 
-    Sent for every committed turn. For a turn the gateway committed, ``item_id`` is
+    Sent for every committed turn by engines that keep a record of turns of their own
+    (vLLM-Omni's duplex sessions: ``vllm-omni`` and ``remote``); the others (echo,
+    embedded, vllm-omni-stream) send none, and the gateway's commit is the record
+    (the engine contract suite holds them to this). For a turn the gateway committed, ``item_id`` is
     the id the gateway gave it (or "" when the engine cannot carry it); for a turn
     the engine ended itself (its own VAD or turn-taking) it is the engine's id,
     and the gateway session announces the turn to the client.
