@@ -473,7 +473,11 @@ class EngineSession(abc.ABC):
 
     @abc.abstractmethod
     async def cancel_response(self, response_id: str) -> None:
-        """Stop the reply; emit nothing more for it."""
+        """Stop the reply; emit nothing more for it but, at most, its ``response.done`` (``cancelled``).
+
+        Engines differ in that last event (echo, embedded and vllm-omni send it; remote
+        drops all its backend still says of the reply): the gateway takes either.
+        """
 
     @abc.abstractmethod
     async def barge_in(self) -> None:
