@@ -51,6 +51,9 @@ class EngineSpec(Generic[S]):
     build: Callable[[GatewaySettings], Engine]
     #: One line for ``--help`` and error messages.
     summary: str = ""
+    #: The engine sends its own record of each committed turn (``EngineTurnCommitted``):
+    #: vLLM-Omni's duplex sessions do; for the others the gateway's commit is the record.
+    records_turns: bool = False
 
     def settings_of(self, settings: GatewaySettings) -> S:
         """This engine's section of ``settings``, as its own model."""

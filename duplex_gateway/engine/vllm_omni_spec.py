@@ -117,6 +117,7 @@ DUPLEX = EngineSpec(
     settings=VllmOmniSettings,
     build=_duplex,
     summary="vLLM-Omni's native duplex sessions in this process (the omni virtualenv)",
+    records_turns=True,
 )
 STREAM = EngineSpec(
     name="vllm-omni-stream",

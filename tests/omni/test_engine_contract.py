@@ -65,8 +65,6 @@ def _cases(backend_url: Callable[[], str]) -> dict[str, EngineCase]:
             build=lambda: VllmOmniStreamEngine(factory=fake_stage.async_omni, max_sessions=8),
             turn=_tone(1.0),
             long_turn=_tone(2.0),
-            # Turn-based input: a commit ends the streamed prompt, and vLLM-Omni reports no turn of its own.
-            excused={"commit": "it sends no input_audio_buffer.committed; the gateway's own commit is the record"},
         ),
         "remote": EngineCase(name="remote", build=remote, turn=_tone(1.0), long_turn=_tone(2.0)),
     }

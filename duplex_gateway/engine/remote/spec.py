@@ -106,4 +106,5 @@ SPEC = EngineSpec(
     settings=RemoteSettings,
     build=_build,
     summary="a pool of vLLM-Omni servers over their duplex WebSocket",
+    records_turns=True,
 )

@@ -3,22 +3,23 @@
 An :class:`EngineCase` says how to start one engine and what a caller's turn is for
 it; :mod:`tests.engine.contract.promises` holds the promises every engine makes
 through the port, run over each case. What an engine does not offer is read from
-its own :class:`~duplex_gateway.engine.port.EngineCapabilities`, and the promise is
-skipped with the capability named; a case may excuse a promise for a reason of its
-own (the reason is the skip message).
+its own :class:`~duplex_gateway.engine.port.EngineCapabilities` (or, for what the port
+does not declare, its :class:`~duplex_gateway.engine.spec.EngineSpec`), and the promise
+is skipped with the capability named.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
 
 from duplex_gateway.engine import port
+from duplex_gateway.engine.registry import SPECS
 from duplex_gateway.session_config import SessionConfig
 
 E = TypeVar("E", bound=port.EngineEvent)
@@ -39,19 +40,17 @@ class EngineCase:
     turn: Callable[[int], bytes]
     #: A turn whose reply lasts long enough to be stopped part-way.
     long_turn: Callable[[int], bytes]
-    #: Promises this engine is excused from, with why (beyond what its capabilities say).
-    excused: Mapping[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
         return self.name
 
 
-def require(case: EngineCase, promise: str, capability: str | None, engine: port.Engine) -> None:
-    """Skip ``promise`` where the engine does not declare ``capability`` or the case excuses it."""
-    if promise in case.excused:
-        pytest.skip(f"{case.name} is excused from the {promise} promise: {case.excused[promise]}")
-    if capability is not None and not getattr(engine.capabilities, capability):
-        pytest.skip(f"{case.name} does not declare {capability}: the {promise} promise does not apply")
+def require(promise: str, capability: str, engine: port.Engine) -> None:
+    """Skip ``promise`` where the engine does not declare ``capability`` (in its capabilities, else its spec)."""
+    caps = engine.capabilities
+    declared = getattr(caps, capability) if hasattr(caps, capability) else getattr(SPECS[caps.name], capability)
+    if not declared:
+        pytest.skip(f"{caps.name} does not declare {capability}: the {promise} promise does not apply")
 
 
 class Events:
