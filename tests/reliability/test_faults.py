@@ -204,7 +204,12 @@ async def test_a_client_that_stops_reading_is_bounded_released_and_closed_4002(f
     same reply being made for a client that reads it (the work any long reply costs).
     """
     pid = flood.proc.pid
-    reply_s = 120.0
+    # The reply is sized so the stalled backlog lands well inside (SEND_QUEUE, 4 * SEND_QUEUE):
+    # loopback's TCP buffers take about 2.9 MB of it (some 1,900 frames of ~1.5 kB), so 100 s
+    # (5,000 frames) leaves ~3,100 queued, and a kernel taking anything from 1.4 MB to the whole
+    # wmem maximum still leaves the timed release, not the immediate one past four times the mark.
+    # At 120 s the backlog sat a few frames under 4 * SEND_QUEUE and 1 % larger frames tipped it.
+    reply_s = 100.0
     await flood.wait_sessions(0)
     idle_tasks = tasks(flood)
     normal = await manual_session(flood)
