@@ -10,11 +10,12 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from duplex_gateway.session_config import FunctionTool, Modality, SessionConfig, ToolChoice
 
 __all__ = [
+    "REPLY_OUTPUT_EVENTS",
     "ContextItem",
     "Engine",
     "EngineAudio",
@@ -348,6 +349,13 @@ class EngineClosed(EngineEvent):
 
     type: ClassVar[str] = "session.closed"
     reason: str
+
+
+#: What a reply says (its audio, words and tool calls), as opposed to its start and end: what a
+#: stopped reply may not emit any more, so an engine takes back what its reader has not read yet.
+REPLY_OUTPUT_EVENTS: Final = (
+    EngineAudio, EngineTranscript, EngineText, EngineFunctionCallDelta, EngineFunctionCall,
+)
 
 
 # -- the port -----------------------------------------------------------------

@@ -55,11 +55,6 @@ SYNTHESIS_WAIT_S: Final = 30.0
 #: model's HTTP stream is the slowest part).
 STOP_WAIT_S: Final = 2.0
 #: Events of a reply that a stop takes back out of the queue if the reader has not read them.
-_OUTPUT_EVENTS: Final = (
-    port.EngineAudio, port.EngineTranscript, port.EngineText, port.EngineFunctionCallDelta, port.EngineFunctionCall,
-)
-
-
 class Pacer:
     """Releases reply audio at ``pace`` times real time, ``lead_s`` ahead of the listener.
 
@@ -369,7 +364,7 @@ class SessionReplies:
 
         def unwanted(event: port.EngineEvent) -> bool:
             nonlocal purged
-            if not isinstance(event, _OUTPUT_EVENTS) or event.response_id != response_id:
+            if not isinstance(event, port.REPLY_OUTPUT_EVENTS) or event.response_id != response_id:
                 return False
             if isinstance(event, port.EngineAudio):
                 purged += len(event.pcm)

@@ -317,10 +317,24 @@ class RemoteSession(port.EngineSession):
         await self._send(self._wire.create_response(response_id=response_id, instructions=instructions, options=options))
 
     async def cancel_response(self, response_id: str) -> None:
-        await self._send(self._wire.cancel_response(response_id))
+        wire = self._wire.cancel_response(response_id)
+        self._take_back(lambda stopped: stopped == response_id)
+        await self._send(wire)
 
     async def barge_in(self) -> None:
-        await self._send(self._wire.barge_in())
+        wire = self._wire.barge_in()
+        self._take_back(lambda stopped: True)  # a barge-in stops every reply
+        await self._send(wire)
+
+    def _take_back(self, stopped: Callable[[str], bool]) -> None:
+        """Take a stopped reply's output that the reader has not read yet back out of the queue.
+
+        The translator drops what the backend still says of a reply once it is stopped; what it
+        had translated before is already queued, and would reach the gateway after the stop.
+        """
+        self._events.discard(
+            lambda event: isinstance(event, port.REPLY_OUTPUT_EVENTS) and stopped(event.response_id)
+        )
 
     async def ack_playback(self, *, response_id: str, played_ms: int) -> None:
         await self._send(self._wire.ack_playback(response_id=response_id, played_ms=played_ms))
