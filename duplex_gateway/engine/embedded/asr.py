@@ -195,6 +195,7 @@ class PartialRecognizerPool:
             # Decoders are made without one and handed the shared model instead.
             self._config["lm"] = None
         self._lm: Any = None
+        self._cmn_init: str = self._config["cmninit"]
         self._ngram_model_type = pocketsphinx.NGramModel
         self._decoder_type = pocketsphinx.Decoder
         self._idle: list[Any] = []
@@ -249,8 +250,15 @@ class PartialRecognizerPool:
         return PartialRecognizer(decoder, max_utterance_s=max_utterance_s)
 
     def release(self, recognizer: PartialRecognizer) -> None:
-        """Give a recognizer's decoder back; it must not be in use any more."""
+        """Give a recognizer's decoder back; it must not be in use any more.
+
+        The decoder's live cepstral mean (its estimate of the line's and voice's colour)
+        is set back to the configured start: it adapted to this caller, and the next
+        session's caller would otherwise be decoded through it (after a tone, a clean
+        sentence came back as other words).
+        """
         recognizer.reset()
+        recognizer.decoder.set_cmn(self._cmn_init)
         with self._lock:
             self._in_use -= 1
             if len(self._idle) < self._max_idle:

@@ -59,6 +59,29 @@ def test_partials_stream_as_audio_arrives(partial_pool: PartialRecognizerPool, s
     assert "weather" in " ".join(partials) + " " + final  # rough, but it hears the key word
 
 
+def test_a_decoder_handed_on_hears_the_next_caller_as_a_fresh_one_would(speech_pcm: bytes) -> None:
+    """The pool hands a decoder from session to session: what one caller's line did to its
+    live cepstral mean must not colour the next caller's words."""
+    pool = PartialRecognizerPool(fwdflat=False, max_idle=1)
+
+    def heard(pcm: bytes) -> str:
+        recognizer = pool.acquire()
+        try:
+            for offset in range(0, len(pcm), CHUNK):
+                recognizer.feed(pcm[offset : offset + CHUNK])
+            return recognizer.end()
+        finally:
+            pool.release(recognizer)
+
+    fresh = heard(speech_pcm)
+    tone = (np.sin(np.arange(SAMPLE_RATE * 5) * 2 * np.pi * 440 / SAMPLE_RATE) * 8000).astype("<i2").tobytes()
+    quiet = (np.frombuffer(speech_pcm, dtype="<i2") // 50).astype("<i2").tobytes()
+    for before in (tone, quiet):
+        heard(before)  # the caller before, on the same decoder (the pool keeps one)
+        assert pool.created == 1
+        assert heard(speech_pcm) == fresh
+
+
 def test_silence_gives_no_partial(partial_pool: PartialRecognizerPool) -> None:
     recognizer = partial_pool.acquire()
     try:
