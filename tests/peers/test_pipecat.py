@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("pipecat")
+pytest.importorskip("pipecat", reason="Pipecat runs in .venv-peers (make test runs it there, where it must be installed)")
 
 from pipecat.frames.frames import InputAudioRawFrame, LLMContextFrame
 from pipecat.pipeline.pipeline import Pipeline
