@@ -39,7 +39,8 @@ run: $(VENV)/.installed-run
 # The main suite, then the vLLM-Omni engines against the real vLLM-Omni code in its own
 # virtualenv (built once; later runs reuse it).
 test: $(VENV)/.installed-test $(OMNI_VENV)/.installed-gateway $(PEERS_VENV)/.installed tests/browser/node_modules/.package-lock.json
-	$(BIN)/ruff check duplex_gateway tests
+	$(BIN)/ruff check duplex_gateway tests scripts
+	$(BIN)/ruff format --check duplex_gateway tests scripts
 	$(BIN)/mypy duplex_gateway
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir out/site
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest

@@ -121,12 +121,16 @@ class _Gateway:
             return
         # ?duplex=1 asks for the vLLM-Omni handshake; ?resume=1 means the first message may be
         # session.resume, so session.created must wait for it.
-        wait = any(websocket.query_params.get(key, "0").lower() in ("1", "true") for key in ("duplex", "resume"))
+        wait = any(
+            websocket.query_params.get(key, "0").lower() in ("1", "true") for key in ("duplex", "resume")
+        )
         await self._serve(websocket, Handshake.DUPLEX if wait else Handshake.REALTIME)
 
     async def _observe(self, websocket: WebSocket, call_id: str) -> None:
         """``/v1/realtime?call_id=...``: watch a live call (or any session, by its id), read-only."""
-        offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+        offered = [
+            p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
+        ]
         watched = next((c for c in self.connections if call_id in (c.call_id, c.session_id)), None)
         if watched is None:
             await websocket.close(int(CloseCode.POLICY_VIOLATION), "no live call with that id")
@@ -143,9 +147,13 @@ class _Gateway:
         # The auth layer has checked the carrier's signature on the upgrade (where it signs one) before this runs.
         signed = signed_streams(self.settings.telephony)
         carrier = DetectingCarrier(signed_only=signed) if name is None else carrier_for(name)
-        offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+        offered = [
+            p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
+        ]
         if carrier is None:
-            await websocket.close(int(CloseCode.POLICY_VIOLATION), f"no carrier named {name[:32]!r}" if name else None)
+            await websocket.close(
+                int(CloseCode.POLICY_VIOLATION), f"no carrier named {name[:32]!r}" if name else None
+            )
             return
         # The subprotocol some carrier's stream asks for (chan_websocket's "media").
         known = subprotocols()
@@ -160,7 +168,8 @@ class _Gateway:
             lead_ms=telephony.lead_ms,
             echo_suppression=telephony.echo_suppression,
             profiles={
-                key: CallProfile(instructions=p.instructions, voice=p.voice) for key, p in telephony.profiles.items()
+                key: CallProfile(instructions=p.instructions, voice=p.voice)
+                for key, p in telephony.profiles.items()
             },
         )
         dialect = CallDialect(carrier, setup)
@@ -177,7 +186,10 @@ class _Gateway:
             metrics=self.metrics,
             dialect_name="telephony",
             recorder=self.recordings.start(
-                session_id, principal=None, engine=self.engine.capabilities, dialect="telephony",
+                session_id,
+                principal=None,
+                engine=self.engine.capabilities,
+                dialect="telephony",
                 config=self.defaults,
             ),
         )
@@ -193,7 +205,14 @@ class _Gateway:
             result = await hang_up(start.carrier, start.call_id, self.settings)
             quiet = (HangupOutcome.NOT_CONFIGURED, HangupOutcome.UNSUPPORTED)  # closing the stream ended it
             level = logging.INFO if result.ok or result.outcome in quiet else logging.WARNING
-            logger.log(level, "call %s (%s): hang-up %s %s", start.call_id, start.carrier, result.outcome, result.detail or "")
+            logger.log(
+                level,
+                "call %s (%s): hang-up %s %s",
+                start.call_id,
+                start.carrier,
+                result.outcome,
+                result.detail or "",
+            )
 
     async def hang_up_call(self, request: Request) -> Response:
         """``POST /v1/realtime/calls/{call_id}/hangup`` (OpenAI's): end a live call."""
@@ -205,7 +224,9 @@ class _Gateway:
         return JSONResponse({}, 200)
 
     async def _serve(self, websocket: WebSocket, handshake: Handshake) -> None:
-        offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+        offered = [
+            p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
+        ]
         await websocket.accept(subprotocol="realtime" if "realtime" in offered else None)
         beta = (
             "realtime=v1" in websocket.headers.get("openai-beta", "")
@@ -235,16 +256,21 @@ class _Gateway:
             registry=self.registry,
             handshake=handshake,
             dialect=RealtimeDialect(
-                session_id=session_id, beta=beta, duplex=handshake is Handshake.DUPLEX,
+                session_id=session_id,
+                beta=beta,
+                duplex=handshake is Handshake.DUPLEX,
                 max_message_bytes=self.settings.limits.max_message_bytes,
             ),
             resumes=self.resumes,
             metrics=self.metrics,
             dialect_name="duplex" if handshake is Handshake.DUPLEX else "realtime",
             recorder=self.recordings.start(
-                session_id, principal=principal if isinstance(principal, Principal) else None,
-                engine=self.engine.capabilities, dialect="duplex" if handshake is Handshake.DUPLEX else "realtime",
-                config=defaults, endpoint=_endpoint(websocket, beta),
+                session_id,
+                principal=principal if isinstance(principal, Principal) else None,
+                engine=self.engine.capabilities,
+                dialect="duplex" if handshake is Handshake.DUPLEX else "realtime",
+                config=defaults,
+                endpoint=_endpoint(websocket, beta),
             ),
         )
         self.connections.add(connection)
@@ -297,13 +323,16 @@ class _Gateway:
         for host in hosts:
             host.drain(grace_s)
         await asyncio.gather(
-            *(c.shut_down() for c in others), *(h.shut_down() for h in hosts if id(h) in parked),
+            *(c.shut_down() for c in others),
+            *(h.shut_down() for h in hosts if id(h) in parked),
             return_exceptions=True,
         )
         deadline = loop.time() + grace_s
         while (self.registry.count or self.connections) and loop.time() < deadline and not abandon():
             await asyncio.sleep(0.05)
-        left = {id(c): c for c in [*self.registry.hosts(), *self.connections] if not c.session.closed}.values()
+        left = {
+            id(c): c for c in [*self.registry.hosts(), *self.connections] if not c.session.closed
+        }.values()
         if left:
             logger.info("drain grace over: closing %d sessions", len(left))
             await asyncio.gather(*(c.shut_down() for c in left), return_exceptions=True)
@@ -333,16 +362,23 @@ class _Gateway:
             # What an operator checks after a drain: every engine session released before the engine stopped.
             logger.info(
                 "engine %s stopped; it held %d sessions at shutdown, %d now",
-                self.engine.capabilities.name, held, self.engine.active_sessions,
-                extra={"event": "engine_stopped", "engine_sessions_at_shutdown": held,
-                       "engine_sessions": self.engine.active_sessions, "sessions": self.registry.count},
+                self.engine.capabilities.name,
+                held,
+                self.engine.active_sessions,
+                extra={
+                    "event": "engine_stopped",
+                    "engine_sessions_at_shutdown": held,
+                    "engine_sessions": self.engine.active_sessions,
+                    "sessions": self.registry.count,
+                },
             )
 
 
 def _endpoint(websocket: WebSocket, beta: bool) -> dict[str, object]:
     """Where a recorded session connected, for its replay: the path and the query, credentials left out."""
     query = {
-        name: value for name, value in websocket.query_params.items()
+        name: value
+        for name, value in websocket.query_params.items()
         if not any(secret in name.lower() for secret in ("key", "token", "secret"))
     }
     return {"path": websocket.url.path, "query": query, "beta": beta}

@@ -101,8 +101,12 @@ class OutputStage:
         if not tail:
             return [event]
         delta = ev.AudioDelta(
-            response_id=event.response_id, item_id=event.item_id, audio=tail, rate=wire.rate,
-            encoding=wire.encoding, encoded=True,
+            response_id=event.response_id,
+            item_id=event.item_id,
+            audio=tail,
+            rate=wire.rate,
+            encoding=wire.encoding,
+            encoded=True,
         )
         return [delta, event]
 

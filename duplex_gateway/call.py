@@ -60,7 +60,9 @@ def load_caller_audio(path: Path) -> tuple[np.ndarray, int]:
     try:
         samples, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
     except soundfile.LibsndfileError as exc:
-        raise CallError(f"cannot read {path} as audio: {exc.error_string.rstrip('.')} (a WAV file, any rate)") from None
+        raise CallError(
+            f"cannot read {path} as audio: {exc.error_string.rstrip('.')} (a WAV file, any rate)"
+        ) from None
     except OSError as exc:
         raise CallError(f"cannot read {path}: {exc.strerror or exc}") from None
     if not len(samples):
@@ -130,20 +132,31 @@ async def call(
             + (" (--api-key)" if exc.response.status_code in (401, 403) else "")
         ) from None
     except ConnectionRefusedError:
-        raise CallError(f"cannot reach the gateway at {url}: nothing listens there (is it running?)") from None
+        raise CallError(
+            f"cannot reach the gateway at {url}: nothing listens there (is it running?)"
+        ) from None
     except (OSError, websockets.InvalidHandshake, websockets.InvalidURI) as exc:
         why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         raise CallError(f"cannot reach the gateway at {url}: {why}") from None
     async with connection as ws:
         try:
             await _converse(
-                ws, wav, audio, rate, result,
-                timeout_s=timeout_s, trailing_silence_s=trailing_silence_s, out=out, now=now,
+                ws,
+                wav,
+                audio,
+                rate,
+                result,
+                timeout_s=timeout_s,
+                trailing_silence_s=trailing_silence_s,
+                out=out,
+                now=now,
             )
         except websockets.ConnectionClosed as exc:
             reason = exc.rcvd.reason if exc.rcvd is not None else ""
             code = exc.rcvd.code if exc.rcvd is not None else 1006
-            raise CallError(f"the gateway closed the session ({code}{': ' + reason if reason else ''})") from None
+            raise CallError(
+                f"the gateway closed the session ({code}{': ' + reason if reason else ''})"
+            ) from None
         finally:
             # A closing handshake (1000): the gateway ends the session now instead of keeping it for a resume.
             await ws.close()
@@ -176,25 +189,33 @@ async def _converse(
     detection = created.get("session", {}).get("audio", {}).get("input", {}).get("turn_detection")
     if isinstance(detection, dict):
         silence_ms = int(detection.get("silence_duration_ms", silence_ms))
-    await ws.send(json.dumps({
-        "type": "session.update",
-        "session": {
-            "type": "realtime",
-            "audio": {
-                # The call prints what it heard the caller say, so it asks for transcripts.
-                "input": {"format": {"type": "audio/pcm", "rate": rate}, "transcription": {"model": "whisper-1"}},
-                "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}},
-            },
-        },
-    }))
+    await ws.send(
+        json.dumps(
+            {
+                "type": "session.update",
+                "session": {
+                    "type": "realtime",
+                    "audio": {
+                        # The call prints what it heard the caller say, so it asks for transcripts.
+                        "input": {
+                            "format": {"type": "audio/pcm", "rate": rate},
+                            "transcription": {"model": "whisper-1"},
+                        },
+                        "output": {"format": {"type": "audio/pcm", "rate": OUTPUT_RATE}},
+                    },
+                },
+            }
+        )
+    )
     t0 = now()
     speech_heard = asyncio.Event()
 
     async def send_audio() -> None:
         for index, offset in enumerate(range(0, len(audio), frame_bytes)):
             chunk = audio[offset : offset + frame_bytes]
-            await ws.send(json.dumps({"type": "input_audio_buffer.append",
-                                      "audio": base64.b64encode(chunk).decode()}))
+            await ws.send(
+                json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(chunk).decode()})
+            )
             delay = t0 + (index + 1) * FRAME_MS / 1000 - now()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -213,7 +234,9 @@ async def _converse(
     sender = asyncio.create_task(send_audio())
     receiver = asyncio.create_task(_receive(ws, result, speech_heard, silence_ms, t0, say, now))
     try:
-        done, _ = await asyncio.wait({sender, receiver}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            {sender, receiver}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
         if sender in done and not speech_heard.is_set():
             sender.result()
             seconds = (len(audio) / 2 - rate * trailing_silence_s) / rate
@@ -263,8 +286,11 @@ async def _receive(
         elif kind in ("response.output_audio.delta", "response.audio.delta"):
             if result.first_audio_latency_s is None and speech_end is not None:
                 result.first_audio_latency_s = now() - speech_end
-                say(t0, f"first reply audio, {result.first_audio_latency_s * 1000:.0f} ms "
-                        "after the end of your speech")
+                say(
+                    t0,
+                    f"first reply audio, {result.first_audio_latency_s * 1000:.0f} ms "
+                    "after the end of your speech",
+                )
             result.reply_audio += base64.b64decode(event["delta"])
         elif kind in ("response.output_audio_transcript.delta", "response.audio_transcript.delta"):
             result.reply_transcript += event.get("delta", "")
@@ -274,7 +300,10 @@ async def _receive(
             say(t0, f"error {event['error'].get('code')}: {event['error'].get('message')}")
         elif kind == "response.done":
             result.response_status = event["response"]["status"]
-            say(t0, f"reply {result.response_status}, {len(result.reply_audio) / 2 / OUTPUT_RATE:.2f} s of audio")
+            say(
+                t0,
+                f"reply {result.response_status}, {len(result.reply_audio) / 2 / OUTPUT_RATE:.2f} s of audio",
+            )
             break
     else:
         why = f"{ws.close_code}: {ws.close_reason}" if ws.close_reason else f"{ws.close_code}"

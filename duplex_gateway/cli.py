@@ -28,7 +28,9 @@ def _parser() -> argparse.ArgumentParser:
         help="serve https/wss with this PEM certificate (chain), overriding server.ssl_certfile",
     )
     serve.add_argument(
-        "--ssl-keyfile", metavar="FILE", help="the certificate's private key (PEM), overriding server.ssl_keyfile"
+        "--ssl-keyfile",
+        metavar="FILE",
+        help="the certificate's private key (PEM), overriding server.ssl_keyfile",
     )
     serve.add_argument(
         "--node-id",
@@ -74,13 +76,18 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("recording", help="a recording's folder (see the recording: section of the config)")
     replay.add_argument("--engine", help="engine to replay against (default: the recording's)")
     replay.add_argument("--config", help="YAML configuration of the replaying gateway")
-    replay.add_argument("--speed", type=float, default=1.0, help="play the client's side this many times faster")
+    replay.add_argument(
+        "--speed", type=float, default=1.0, help="play the client's side this many times faster"
+    )
     replay.add_argument("--out", metavar="DIFF.json", help="also write the comparison as JSON")
     replay.add_argument(
         "--exact-deltas", action="store_true", help="count each audio/text delta (default: one per stream)"
     )
     replay.add_argument(
-        "--settle", type=float, default=5.0, metavar="SECONDS",
+        "--settle",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
         help="how long a slower run may take past the recording's end to catch up",
     )
     replay.add_argument("--keep", metavar="DIR", help="keep the replayed session's recording in DIR")
@@ -154,7 +161,9 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     server = settings.server
     if server.ssl_keyfile and not server.ssl_certfile:
-        print("duplex-gateway: server.ssl_keyfile needs server.ssl_certfile (--ssl-certfile)", file=sys.stderr)
+        print(
+            "duplex-gateway: server.ssl_keyfile needs server.ssl_certfile (--ssl-certfile)", file=sys.stderr
+        )
         return 2
     for name in ("ssl_certfile", "ssl_keyfile"):
         if (path := getattr(server, name)) and not Path(path).is_file():
@@ -226,7 +235,9 @@ def _serve(args: argparse.Namespace) -> int:
     host = f"[{server.host}]" if ":" in server.host else server.host
     # uvicorn says where it listens only for sockets it binds itself.
     port = listeners[0].getsockname()[1]
-    logging.getLogger("duplex_gateway").info("listening on %s://%s:%d once the engine is ready", scheme, host, port)
+    logging.getLogger("duplex_gateway").info(
+        "listening on %s://%s:%d once the engine is ready", scheme, host, port
+    )
     try:
         GatewayServer(config).run(sockets=listeners)
     finally:
@@ -291,8 +302,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from duplex_gateway.replay import run
 
         return run(
-            args.recording, engine=args.engine, config=args.config, speed=args.speed, out=args.out,
-            exact_deltas=args.exact_deltas, settle_s=args.settle, keep=args.keep,
+            args.recording,
+            engine=args.engine,
+            config=args.config,
+            speed=args.speed,
+            out=args.out,
+            exact_deltas=args.exact_deltas,
+            settle_s=args.settle,
+            keep=args.keep,
         )
     if args.command == "bench":
         from duplex_gateway.bench.cli import main as bench

@@ -200,8 +200,6 @@ class AuthSettings(_Section):
 _ORIGIN = re.compile(r"^(null|https?://(\*\.)?[A-Za-z0-9.\-\[\]:]+)$")
 
 
-
-
 class TelephonyProfileSettings(_Section):
     """What a call to one number sets in its session."""
 

@@ -154,7 +154,9 @@ class Connection:
         self.resume_token = new_resume_token()
         if self._resumes is not None:
             self.session.resume_token = self.resume_token
-        self._journal = Journal(max_events=limits.resume_journal_events, max_bytes=limits.resume_journal_bytes)
+        self._journal = Journal(
+            max_events=limits.resume_journal_events, max_bytes=limits.resume_journal_bytes
+        )
         self._link: EngineLink | None = None
         self._pump: asyncio.Task[None] | None = None
         self._attachment: Attachment | None = None
@@ -225,19 +227,24 @@ class Connection:
     def end(self, reason: str) -> None:
         """End the session from outside (a call hung up through the API): as if its client closed it."""
         if not self.session.closed:
-            self._apply(self.session.receive(SessionClose(reason=reason), now=asyncio.get_running_loop().time()))
+            self._apply(
+                self.session.receive(SessionClose(reason=reason), now=asyncio.get_running_loop().time())
+            )
 
     async def observe(self, socket: Socket) -> None:
         """Serve ``socket`` as a read-only observer of this session until either ends."""
         if self._observers is None:
             limits = self._limits
             self._observers = Observers(
-                self.session_id, max_message_bytes=limits.max_message_bytes,
-                send_queue_size=limits.send_queue_size, send_timeout_s=limits.send_timeout_s,
+                self.session_id,
+                max_message_bytes=limits.max_message_bytes,
+                send_queue_size=limits.send_queue_size,
+                send_timeout_s=limits.send_timeout_s,
             )
         observers = self._observers
         greeting = ev.SessionCreated(
-            session_id=self.session_id, config=self.session.config,
+            session_id=self.session_id,
+            config=self.session.config,
             capabilities=self._engine.capabilities.as_pairs(),
         )
         attachment = observers.attach(socket, greeting)
@@ -294,9 +301,11 @@ class Connection:
         """
         replaced, reader = self._attachment, self._reader
         if replaced is not None:
-            replaced.send(self._dialect.render_unsequenced(
-                ev.SessionReplaced(session_id=self.session_id, attachment_generation=self._generation)
-            ))
+            replaced.send(
+                self._dialect.render_unsequenced(
+                    ev.SessionReplaced(session_id=self.session_id, attachment_generation=self._generation)
+                )
+            )
             replaced.close_after(Close(CloseCode.NORMAL, "session_replaced"))
             if reader is not None:
                 # It may wait on a socket that will never say another word.
@@ -334,7 +343,9 @@ class Connection:
             task = asyncio.current_task()
             replaced = self._superseded.pop(task) if task is not None else None
             if replaced is not None:
-                await replaced.finish(Close(CloseCode.NORMAL, "session_replaced"), self._limits.send_timeout_s)
+                await replaced.finish(
+                    Close(CloseCode.NORMAL, "session_replaced"), self._limits.send_timeout_s
+                )
             return
         if outcome is _Outcome.HANDED_OVER:
             # Nothing was opened for this connection; the socket now belongs to another session.
@@ -351,7 +362,9 @@ class Connection:
             self._resumed.clear()
             self._resumes.park(self)
             asyncio.create_task(self._await_resume(), name=f"grace:{self.session_id}")
-            logger.info("session %s detached; resumable for %g s", self.session_id, self._limits.resume_grace_s)
+            logger.info(
+                "session %s detached; resumable for %g s", self.session_id, self._limits.resume_grace_s
+            )
             return
         await self._end_attachment()
         await self._release()
@@ -427,7 +440,12 @@ class Connection:
     def _drain_step(self) -> None:
         """Draining: close as soon as no reply is in progress and the caller is not mid-turn."""
         session = self.session
-        if session.closed or self._closing is not None or session.response_active or self._stats.caller_speaking:
+        if (
+            session.closed
+            or self._closing is not None
+            or session.response_active
+            or self._stats.caller_speaking
+        ):
             return
         self._apply(session.shut_down())
 
@@ -553,12 +571,14 @@ class Connection:
             async with asyncio.timeout(bound):
                 await self._updates_settled.wait()
         except TimeoutError:
-            self._emit(ev.ErrorEvent(
-                code=ErrorCode.ENGINE_ERROR,
-                message=f"the engine has not answered the session update in {bound:g} s; "
-                "the events sent after it are handled before it",
-                param="session",
-            ))
+            self._emit(
+                ev.ErrorEvent(
+                    code=ErrorCode.ENGINE_ERROR,
+                    message=f"the engine has not answered the session update in {bound:g} s; "
+                    "the events sent after it are handled before it",
+                    param="session",
+                )
+            )
 
     def _update_settled(self) -> None:
         self._updates_pending = max(0, self._updates_pending - 1)
@@ -580,8 +600,12 @@ class Connection:
             last = offset + step >= len(audio)
             self._apply(
                 self.session.input_processed(
-                    processed.pcm, processed.duration_ms, processed.windows,
-                    is_speech=chunk.is_speech, hints=chunk.hints, now=asyncio.get_running_loop().time(),
+                    processed.pcm,
+                    processed.duration_ms,
+                    processed.windows,
+                    is_speech=chunk.is_speech,
+                    hints=chunk.hints,
+                    now=asyncio.get_running_loop().time(),
                     video_frames=chunk.video_frames if last else (),
                 )
             )
@@ -593,7 +617,9 @@ class Connection:
         if self._resumes is None:
             self._metrics.resume("disabled")
             self._send_error(
-                ProtocolError(ErrorCode.INVALID_RESUME_TOKEN, "session resume is turned off", event_id=command.event_id)
+                ProtocolError(
+                    ErrorCode.INVALID_RESUME_TOKEN, "session resume is turned off", event_id=command.event_id
+                )
             )
             return False
         try:
@@ -606,9 +632,11 @@ class Connection:
             if exc.code is ErrorCode.RESUME_GAP and attachment is not None:
                 # vLLM-Omni's answer: the client must start over (its DuplexClient gives up
                 # at once instead of retrying a resume that cannot succeed).
-                attachment.send(self._dialect.render_unsequenced(
-                    ev.SessionResyncRequired(session_id=command.session_id, reason="journal_gap")
-                ))
+                attachment.send(
+                    self._dialect.render_unsequenced(
+                        ev.SessionResyncRequired(session_id=command.session_id, reason="journal_gap")
+                    )
+                )
             else:
                 self._send_error(exc.with_event_id(command.event_id))
             return False
@@ -730,9 +758,13 @@ class Connection:
         client = self._client_close or ("client_closed", None)
         reason, code = (closing.reason, int(closing.code)) if closing else client
         summary = self._stats.summary(
-            now=asyncio.get_running_loop().time(), session_id=self.session_id,
-            reason=self._stats.ended(reason, code, self.dialect_label), code=code,
-            dialect=self.dialect_label, engine=self._engine.capabilities.name, call_id=self.call_id,
+            now=asyncio.get_running_loop().time(),
+            session_id=self.session_id,
+            reason=self._stats.ended(reason, code, self.dialect_label),
+            code=code,
+            dialect=self.dialect_label,
+            engine=self._engine.capabilities.name,
+            call_id=self.call_id,
         )
         logger.info(describe(summary), extra=summary)
         self._recorder.closed(str(summary["close_reason"]), code, self.session.config)
@@ -786,7 +818,9 @@ class Connection:
             # The engine turned this one call down (e.g. a kind of input it does not take).
             self._emit(ev.ErrorEvent(code=ErrorCode.ENGINE_ERROR, message=f"the engine refused it: {exc}"))
             return
-        self._emit(ev.ErrorEvent(code=ErrorCode.ENGINE_ERROR, message=f"the engine failed: {type(exc).__name__}"))
+        self._emit(
+            ev.ErrorEvent(code=ErrorCode.ENGINE_ERROR, message=f"the engine failed: {type(exc).__name__}")
+        )
 
     async def _pump_engine(self, engine_session: port.EngineSession) -> None:
         loop = asyncio.get_running_loop()
@@ -797,8 +831,13 @@ class Connection:
                     return
         except Exception:
             logger.exception("engine event stream of session %s failed", self.session_id)
-            self._apply(self.session.engine_event(
-                port.EngineError(code="engine_error", message="the engine event stream failed", fatal=True)))
+            self._apply(
+                self.session.engine_event(
+                    port.EngineError(
+                        code="engine_error", message="the engine event stream failed", fatal=True
+                    )
+                )
+            )
 
     # -- executing what the session decided ------------------------------------------------
 
@@ -857,7 +896,8 @@ class Connection:
         current = self._input
         if current is None or current.wire != wire or current.vad != vad:
             current = self._input = InputStage(
-                wire, self._engine.capabilities.input_rate,
+                wire,
+                self._engine.capabilities.input_rate,
                 vad=(self._vad or VadBatcher.shared()) if vad else None,
                 start_ms=current.position_ms if current is not None else 0.0,
             )

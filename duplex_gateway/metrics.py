@@ -124,80 +124,112 @@ class GatewayMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self._sessions_active = Gauge(
-            f"{PREFIX}_sessions_active", "Sessions holding an admission slot now.",
-            ("dialect", "engine"), registry=r,
+            f"{PREFIX}_sessions_active",
+            "Sessions holding an admission slot now.",
+            ("dialect", "engine"),
+            registry=r,
         )
         self._sessions = Counter(
-            f"{PREFIX}_sessions", "Sessions ended (refusals included), by how they ended.",
-            ("dialect", "engine", "reason"), registry=r,
+            f"{PREFIX}_sessions",
+            "Sessions ended (refusals included), by how they ended.",
+            ("dialect", "engine", "reason"),
+            registry=r,
         )
         self._replies = Counter(
-            f"{PREFIX}_replies", "Replies finished, by status (completed, cancelled, failed, incomplete).",
-            ("engine", "status"), registry=r,
+            f"{PREFIX}_replies",
+            "Replies finished, by status (completed, cancelled, failed, incomplete).",
+            ("engine", "status"),
+            registry=r,
         )
         self._barge_ins = Counter(
-            f"{PREFIX}_barge_ins", "Replies cut off because the caller spoke over them.", ("engine",), registry=r,
+            f"{PREFIX}_barge_ins",
+            "Replies cut off because the caller spoke over them.",
+            ("engine",),
+            registry=r,
         )
         self._first_audio = Histogram(
             f"{PREFIX}_first_audio_seconds",
             "Reply requested (turn committed, or response.create) to its first audio chunk going out.",
-            ("engine",), buckets=_LATENCY_BUCKETS, registry=r,
+            ("engine",),
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self._speech_end = Histogram(
             f"{PREFIX}_speech_end_to_first_audio_seconds",
             "End of the caller's speech to the reply's first audio going out (the gateway's turn detection; "
             "turn.latency total_ms).",
-            ("engine",), buckets=_LATENCY_BUCKETS, registry=r,
+            ("engine",),
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self._cutoff = Histogram(
             f"{PREFIX}_barge_in_cutoff_seconds",
             "Caller speech start to the last audio of the cancelled reply sent to the client.",
-            ("engine",), buckets=_CUTOFF_BUCKETS, registry=r,
+            ("engine",),
+            buckets=_CUTOFF_BUCKETS,
+            registry=r,
         )
         self._gaps = Histogram(
             f"{PREFIX}_output_chunk_gap_seconds",
             "Interval between two consecutive audio chunks of one reply written to the client.",
-            ("engine",), buckets=_GAP_BUCKETS, registry=r,
+            ("engine",),
+            buckets=_GAP_BUCKETS,
+            registry=r,
         )
         self._backpressure = Histogram(
             f"{PREFIX}_input_backpressure_seconds",
             "Per client message: time the reader waited for the audio stage and the engine before reading on.",
-            buckets=_WAIT_BUCKETS, registry=r,
+            buckets=_WAIT_BUCKETS,
+            registry=r,
         )
         self._queue_depth = Histogram(
             f"{PREFIX}_send_queue_depth",
             "Frames waiting in a session's send queue, sampled each time one is queued.",
-            buckets=_DEPTH_BUCKETS, registry=r,
+            buckets=_DEPTH_BUCKETS,
+            registry=r,
         )
         client_bytes = Counter(
-            f"{PREFIX}_client_bytes", "WebSocket message bytes from (in) and to (out) clients.",
-            ("direction",), registry=r,
+            f"{PREFIX}_client_bytes",
+            "WebSocket message bytes from (in) and to (out) clients.",
+            ("direction",),
+            registry=r,
         )
         self._bytes_in, self._bytes_out = client_bytes.labels("in"), client_bytes.labels("out")
         self._engine_calls = Histogram(
-            f"{PREFIX}_engine_call_seconds", "Engine calls that succeeded, by call, and how long each took.",
-            ("call",), buckets=_CALL_BUCKETS, registry=r,
+            f"{PREFIX}_engine_call_seconds",
+            "Engine calls that succeeded, by call, and how long each took.",
+            ("call",),
+            buckets=_CALL_BUCKETS,
+            registry=r,
         )
         self._engine_errors = Counter(
-            f"{PREFIX}_engine_call_errors", "Engine calls that failed: timeout, refused (by the engine) or failed.",
-            ("call", "kind"), registry=r,
+            f"{PREFIX}_engine_call_errors",
+            "Engine calls that failed: timeout, refused (by the engine) or failed.",
+            ("call", "kind"),
+            registry=r,
         )
         self._auth_refusals = Counter(
-            f"{PREFIX}_auth_refusals", "Requests refused by authentication or its limits, by reason.",
-            ("reason",), registry=r,
+            f"{PREFIX}_auth_refusals",
+            "Requests refused by authentication or its limits, by reason.",
+            ("reason",),
+            registry=r,
         )
         self._resumes = Counter(
             f"{PREFIX}_resumes",
             "session.resume attempts and detached sessions, by outcome "
             "(resumed, refused, gap, disabled, expired).",
-            ("outcome",), registry=r,
+            ("outcome",),
+            registry=r,
         )
         self._draining = Gauge(f"{PREFIX}_draining", "1 while the gateway drains for shutdown.", registry=r)
         self._engine_sessions = Gauge(
-            f"{PREFIX}_engine_sessions", "Sessions the engine holds open now.", registry=r,
+            f"{PREFIX}_engine_sessions",
+            "Sessions the engine holds open now.",
+            registry=r,
         )
         self._tasks = Gauge(
-            f"{PREFIX}_tasks", "asyncio tasks alive in the gateway's event loop now (a leak shows as growth).",
+            f"{PREFIX}_tasks",
+            "asyncio tasks alive in the gateway's event loop now (a leak shows as growth).",
             registry=r,
         )
 

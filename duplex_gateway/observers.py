@@ -24,7 +24,9 @@ MAX_OBSERVERS = 8
 class Observers:
     """The observers of one session; each gets its own numbered Realtime event stream."""
 
-    def __init__(self, session_id: str, *, max_message_bytes: int, send_queue_size: int, send_timeout_s: float) -> None:
+    def __init__(
+        self, session_id: str, *, max_message_bytes: int, send_queue_size: int, send_timeout_s: float
+    ) -> None:
         self.session_id = session_id
         self._max_message_bytes = max_message_bytes
         self._queue_size = send_queue_size
@@ -64,7 +66,9 @@ class Observers:
         """An observer tried to act on the call."""
         self._send_to(
             attachment,
-            ev.ErrorEvent(code=ErrorCode.INVALID_EVENT, message=f"observers are read-only: {what[:64]} was not sent"),
+            ev.ErrorEvent(
+                code=ErrorCode.INVALID_EVENT, message=f"observers are read-only: {what[:64]} was not sent"
+            ),
         )
 
     def _send_to(self, attachment: Attachment, event: ev.ServerEvent) -> None:

@@ -430,7 +430,9 @@ class Recording:
             logger.warning(
                 "recording of session %s: its writer fell behind (%d items or %d bytes waiting); dropping "
                 "what does not fit, and the recording is marked incomplete",
-                self.session_id, self._queue.maxsize, self._max_bytes,
+                self.session_id,
+                self._queue.maxsize,
+                self._max_bytes,
             )
 
     # -- the writer thread ------------------------------------------------------------------------
@@ -506,7 +508,9 @@ class Recording:
         self._failed = (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or type(exc).__name__
         logger.error(
             "recording of session %s stopped: cannot write %s: %s; the recording is incomplete",
-            self.session_id, self.folder, self._failed,
+            self.session_id,
+            self.folder,
+            self._failed,
         )
 
     def _finish(self, writer: _Writer | None) -> None:
@@ -564,7 +568,9 @@ class _Writer:
             self.assistant.write(payload)
         elif kind is _Item.CLIENT:
             frame, commands, input_format = payload
-            self._write({"kind": "client", "dir": "in", "t": t, **self._client(frame, commands, input_format)})
+            self._write(
+                {"kind": "client", "dir": "in", "t": t, **self._client(frame, commands, input_format)}
+            )
         elif kind is _Item.SERVER:
             event, sent = payload
             record: dict[str, object] = {"kind": "server", "dir": "out", "t": t, "type": event.type}
@@ -591,7 +597,9 @@ class _Writer:
         else:
             self.caller.close()
             self.assistant.close()
-            self._write({**end, "caller_samples": self.caller.samples, "assistant_samples": self.assistant.samples})
+            self._write(
+                {**end, "caller_samples": self.caller.samples, "assistant_samples": self.assistant.samples}
+            )
         self._log.close()
 
     def abandon(self) -> None:
@@ -620,7 +628,9 @@ class _Writer:
         }
         return body
 
-    def _client(self, frame: Frame, commands: tuple[Command, ...], input_format: AudioFormat) -> dict[str, Any]:
+    def _client(
+        self, frame: Frame, commands: tuple[Command, ...], input_format: AudioFormat
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {"commands": [command.type for command in commands]}
         refs: list[tuple[bytes, dict[str, object]]] = []
         offset = self.caller.samples
@@ -629,8 +639,11 @@ class _Writer:
                 encoding = command.encoding or input_format.encoding
                 rate = command.rate or input_format.rate
                 ref = {
-                    "track": "caller", "bytes": len(command.audio), "offset": offset,
-                    "encoding": str(encoding), "rate": rate,
+                    "track": "caller",
+                    "bytes": len(command.audio),
+                    "offset": offset,
+                    "encoding": str(encoding),
+                    "rate": rate,
                 }
                 refs.append((command.audio, {"$audio": ref}))
                 # Several appends in one frame (a carrier's): each starts where the one before ends.

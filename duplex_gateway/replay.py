@@ -181,8 +181,10 @@ class CallerAudio:
         converted = self._converted.get(rate)
         if converted is None:
             floats = self._pcm.astype(np.float32) / 32768.0
-            converted = floats if rate == self.rate else np.asarray(
-                soxr.resample(floats, self.rate, rate, quality="HQ"), dtype=np.float32
+            converted = (
+                floats
+                if rate == self.rate
+                else np.asarray(soxr.resample(floats, self.rate, rate, quality="HQ"), dtype=np.float32)
             )
             self._converted[rate] = converted
         return converted
@@ -218,7 +220,9 @@ class _Ids:
             text = text.replace(self._old_session, self._new_session)
         old, new = self._old_salt, self._new_salt
         if old and new and old != new:
-            text = _MINTED_ID.sub(lambda m: f"{m.group(1)}_{new}{m.group(3)}" if m.group(2) == old else m.group(0), text)
+            text = _MINTED_ID.sub(
+                lambda m: f"{m.group(1)}_{new}{m.group(3)}" if m.group(2) == old else m.group(0), text
+            )
         return text
 
 
@@ -324,7 +328,8 @@ def first_audio_latency(recorded: RecordedSession) -> float | None:
         return None
     ends = [float(r["t"]) for r in recorded.server if r.get("type") in _TURN_ENDS and float(r["t"]) <= first]
     ends += [
-        float(r["t"]) for r in recorded.client
+        float(r["t"])
+        for r in recorded.client
         if _CLIENT_TURN_ENDS.intersection(r.get("commands") or ()) and float(r["t"]) <= first
     ]
     return first - max(ends) if ends else first
@@ -369,7 +374,9 @@ class Comparison:
         for key, then, now in self.delta_counts:
             lines.append(f"  note: {key}: {then} deltas recorded, {now} now")
         then_latency, now_latency = self.latency
-        timing = f"timings: first audio latency {_seconds(then_latency)} recorded, {_seconds(now_latency)} now"
+        timing = (
+            f"timings: first audio latency {_seconds(then_latency)} recorded, {_seconds(now_latency)} now"
+        )
         if then_latency is not None and now_latency is not None:
             timing += f" ({(now_latency - then_latency) * 1000:+.0f} ms)"
         lines.append(timing)
@@ -393,16 +400,25 @@ class Comparison:
             "speed": self.speed,
             "exact_deltas": self.exact_deltas,
             "warnings": self.warnings,
-            "recorded": {"events": len(self.recorded.server), "close": self.recorded.end,
-                         "sequence": [e.key for e in sequence(self.recorded, exact_deltas=self.exact_deltas)]},
-            "replayed": {"events": len(self.replayed.server), "close": self.replayed.end,
-                         "sequence": [e.key for e in sequence(self.replayed, exact_deltas=self.exact_deltas)]},
+            "recorded": {
+                "events": len(self.recorded.server),
+                "close": self.recorded.end,
+                "sequence": [e.key for e in sequence(self.recorded, exact_deltas=self.exact_deltas)],
+            },
+            "replayed": {
+                "events": len(self.replayed.server),
+                "close": self.replayed.end,
+                "sequence": [e.key for e in sequence(self.replayed, exact_deltas=self.exact_deltas)],
+            },
             "diff": self.diff,
             "delta_counts": [{"event": k, "recorded": a, "replayed": b} for k, a, b in self.delta_counts],
             "timings": {
                 "first_audio_latency_s": {
-                    "recorded": then_latency, "replayed": now_latency,
-                    "change": None if then_latency is None or now_latency is None else now_latency - then_latency,
+                    "recorded": then_latency,
+                    "replayed": now_latency,
+                    "change": None
+                    if then_latency is None or now_latency is None
+                    else now_latency - then_latency,
                 },
                 "matched_events": len(self.drifts),
                 "max_drift_s": worst[1] if worst else None,
@@ -420,7 +436,11 @@ def _seconds(value: float | None) -> str:
 
 
 def compare(
-    recorded: RecordedSession, replayed: RecordedSession, *, speed: float = 1.0, engine: str = "",
+    recorded: RecordedSession,
+    replayed: RecordedSession,
+    *,
+    speed: float = 1.0,
+    engine: str = "",
     exact_deltas: bool = False,
 ) -> Comparison:
     old = sequence(recorded, exact_deltas=exact_deltas)
@@ -438,14 +458,18 @@ def compare(
             if a.count != b.count:
                 result.delta_counts.append((a.key, a.count, b.count))
     if not recorded.complete:
-        result.warnings.append("the recording is incomplete (see its end line): the replay may differ for that")
+        result.warnings.append(
+            "the recording is incomplete (see its end line): the replay may differ for that"
+        )
     return result
 
 
 # -- running it --------------------------------------------------------------------------------
 
 
-async def _drive(url: str, recorded: RecordedSession, audio: CallerAudio | None, *, speed: float, settle_s: float) -> None:
+async def _drive(
+    url: str, recorded: RecordedSession, audio: CallerAudio | None, *, speed: float, settle_s: float
+) -> None:
     """Play the recorded client frames against ``url`` and end the session as the recording did."""
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
@@ -520,7 +544,9 @@ def _folders(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if (p / EVENTS_FILE).is_file()) if directory.is_dir() else []
 
 
-async def _finished_recording(directory: Path, timeout_s: float, *, older: Iterable[Path] = ()) -> RecordedSession:
+async def _finished_recording(
+    directory: Path, timeout_s: float, *, older: Iterable[Path] = ()
+) -> RecordedSession:
     """The replayed session's recording once its writer is done (``older``: recordings that were there before)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -562,25 +588,37 @@ async def replay(
     audio_info = (recorded.header.get("audio") or {}).get("caller") or {}
     audio = CallerAudio(recorded.folder, int(audio_info.get("rate", 24_000))) if audio_info else None
     older = _folders(directory)
-    settings = load_settings(config, **{
-        "engine.name": engine,
-        "server.host": "127.0.0.1",
-        "server.web_demo": False,
-        # The replay client holds no key: authentication is not what a replay tests.
-        "auth.keys": [], "auth.api_keys": [],
-        "recording.enabled": True,
-        "recording.directory": str(directory),
-    })
+    settings = load_settings(
+        config,
+        **{
+            "engine.name": engine,
+            "server.host": "127.0.0.1",
+            "server.web_demo": False,
+            # The replay client holds no key: authentication is not what a replay tests.
+            "auth.keys": [],
+            "auth.api_keys": [],
+            "recording.enabled": True,
+            "recording.directory": str(directory),
+        },
+    )
     gateway_engine = build_engine(settings)
     app = create_app(settings, gateway_engine)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     port = int(listener.getsockname()[1])
-    server = uvicorn.Server(uvicorn.Config(
-        app, ws="websockets-sansio", lifespan="on", log_config=None, log_level="warning",
-        ws_max_size=settings.limits.hard_max_message_bytes, ws_per_message_deflate=False,
-        ws_ping_interval=settings.server.ws_ping_interval_s, ws_ping_timeout=settings.server.ws_ping_timeout_s,
-    ))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            ws="websockets-sansio",
+            lifespan="on",
+            log_config=None,
+            log_level="warning",
+            ws_max_size=settings.limits.hard_max_message_bytes,
+            ws_per_message_deflate=False,
+            ws_ping_interval=settings.server.ws_ping_interval_s,
+            ws_ping_timeout=settings.server.ws_ping_timeout_s,
+        )
+    )
     serving = asyncio.create_task(server.serve(sockets=[listener]), name="replay-gateway")
     try:
         loop = asyncio.get_running_loop()
@@ -608,8 +646,15 @@ async def replay(
 
 
 def run(
-    recording: str, *, engine: str | None, config: str | None, speed: float, out: str | None,
-    exact_deltas: bool = False, settle_s: float = 5.0, keep: str | None = None,
+    recording: str,
+    *,
+    engine: str | None,
+    config: str | None,
+    speed: float,
+    out: str | None,
+    exact_deltas: bool = False,
+    settle_s: float = 5.0,
+    keep: str | None = None,
 ) -> int:
     """The ``replay`` command: 0 when the sequences are equal, 1 when they differ, 2 when it cannot run."""
     import sys
@@ -631,11 +676,20 @@ def run(
     configure_logging("warning", "text")
     with contextlib.ExitStack() as stack:
         # Unless asked to keep it, the new run's recording goes once it is compared.
-        directory = Path(keep) if keep else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-")))
+        directory = (
+            Path(keep) if keep else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-")))
+        )
         try:
-            replayed = asyncio.run(replay(
-                recorded, engine=name, config=config, speed=speed, settle_s=settle_s, directory=directory,
-            ))
+            replayed = asyncio.run(
+                replay(
+                    recorded,
+                    engine=name,
+                    config=config,
+                    speed=speed,
+                    settle_s=settle_s,
+                    directory=directory,
+                )
+            )
         except (ReplayError, ConfigError, UnknownEngine) as exc:
             print(f"duplex-gateway replay: {exc}", file=sys.stderr)
             return 2

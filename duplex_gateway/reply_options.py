@@ -55,10 +55,14 @@ def reply_options(
     if capabilities.tools and "tools" not in offered:
         # The engine calls the session's tools only: a reply's own set cannot reach it.
         if tools != config.tools:
-            raise _unsupported(capabilities, "take tools for one reply (set them with session.update)", "response.tools")
+            raise _unsupported(
+                capabilities, "take tools for one reply (set them with session.update)", "response.tools"
+            )
         if choice != config.tool_choice:
             raise _unsupported(
-                capabilities, "take a tool choice for one reply (set it with session.update)", "response.tool_choice"
+                capabilities,
+                "take a tool choice for one reply (set it with session.update)",
+                "response.tool_choice",
             )
     if command.voice is not None and command.voice != config.voice and "voice" not in offered:
         raise _unsupported(capabilities, "change the voice for one reply", "response.audio.output.voice")
@@ -78,7 +82,8 @@ def reply_options(
         tools=tools,
         tool_choice=choice,
         voice=command.voice,
-        max_output_tokens=command.max_output_tokens if command.max_output_tokens is not None
+        max_output_tokens=command.max_output_tokens
+        if command.max_output_tokens is not None
         else config.max_output_tokens,
         out_of_band=command.out_of_band,
         input=context,
@@ -95,10 +100,22 @@ def context_item(
         if item is None:
             raise ProtocolError(ErrorCode.ITEM_NOT_FOUND, f"no item {spec.item_id}", param=param)
         return port.ContextItem(
-            id=item.id, kind=item.kind, role=item.role, text=item.text or item.transcript or "",
-            call_id=item.call_id, name=item.name, arguments=item.arguments, output=item.output,
+            id=item.id,
+            kind=item.kind,
+            role=item.role,
+            text=item.text or item.transcript or "",
+            call_id=item.call_id,
+            name=item.name,
+            arguments=item.arguments,
+            output=item.output,
         )
     return port.ContextItem(
-        id=spec.item_id or "", kind=spec.kind, role=spec.role, text=spec.text, call_id=spec.call_id,
-        name=spec.name, arguments=spec.arguments, output=spec.output,
+        id=spec.item_id or "",
+        kind=spec.kind,
+        role=spec.role,
+        text=spec.text,
+        call_id=spec.call_id,
+        name=spec.name,
+        arguments=spec.arguments,
+        output=spec.output,
     )

@@ -289,7 +289,9 @@ class Session:
     @staticmethod
     def _never_replies(param: str | None = None) -> ProtocolError:
         return ProtocolError(
-            ErrorCode.INVALID_EVENT, "a transcription session transcribes the caller and never replies", param=param
+            ErrorCode.INVALID_EVENT,
+            "a transcription session transcribes the caller and never replies",
+            param=param,
         )
 
     def engine_opened(self) -> list[Output]:
@@ -453,18 +455,25 @@ class Session:
         if frames and not self.capabilities.video_input:
             frames, outputs = (), self._unused("video_frames", "camera frames (video_frames)")
         # Audio is never refused for arriving fast: the connection paces the client with backpressure.
-        outputs.insert(0, ProcessInput(
-            audio=command.audio,
-            format=None if fmt == self.config.input_format else fmt,
-            is_speech=command.is_speech,
-            hints=command.hints,
-            video_frames=frames,
-        ))
+        outputs.insert(
+            0,
+            ProcessInput(
+                audio=command.audio,
+                format=None if fmt == self.config.input_format else fmt,
+                is_speech=command.is_speech,
+                hints=command.hints,
+                video_frames=frames,
+            ),
+        )
         if command.video_error is not None:
-            outputs.append(ev.ErrorEvent(
-                code=ErrorCode.INVALID_VALUE, event_id=command.event_id, param="video_frames",
-                message=f"{command.video_error}; the frames were dropped, the audio was kept",
-            ))
+            outputs.append(
+                ev.ErrorEvent(
+                    code=ErrorCode.INVALID_VALUE,
+                    event_id=command.event_id,
+                    param="video_frames",
+                    message=f"{command.video_error}; the frames were dropped, the audio was kept",
+                )
+            )
         return outputs
 
     def _unused(self, kind: str, what: str) -> list[Output]:
@@ -479,10 +488,13 @@ class Session:
             return []
         self._unused_told.add(kind)
         name = self.capabilities.name
-        return [ev.InputIgnored(
-            input=kind, engine=name,
-            message=f"the {name} engine does not use {what}: they are dropped, the rest of the input is used",
-        )]
+        return [
+            ev.InputIgnored(
+                input=kind,
+                engine=name,
+                message=f"the {name} engine does not use {what}: they are dropped, the rest of the input is used",
+            )
+        ]
 
     def _chunk_format(self, command: cmd.InputAudioAppend) -> AudioFormat:
         """The format of one chunk: what the client declared for it, the session's for the rest."""
@@ -527,7 +539,9 @@ class Session:
                 return []  # vLLM-Omni takes a commit of nothing but declared silence without a word
             raise ProtocolError(
                 ErrorCode.INPUT_AUDIO_BUFFER_EMPTY,
-                openai_message(ErrorCode.INPUT_AUDIO_BUFFER_EMPTY, "No audio was appended since the last commit."),
+                openai_message(
+                    ErrorCode.INPUT_AUDIO_BUFFER_EMPTY, "No audio was appended since the last commit."
+                ),
             )
         if command.create_response and self.response_active:
             raise self._already_active(param="response_create")
@@ -578,8 +592,11 @@ class Session:
                     ),
                 )
             response = _Response(
-                id=self._new_id("resp"), modalities=options.modalities, requested_at=self._clock,
-                out_of_band=True, metadata=command.metadata,
+                id=self._new_id("resp"),
+                modalities=options.modalities,
+                requested_at=self._clock,
+                out_of_band=True,
+                metadata=command.metadata,
             )
             self._side[response.id] = response
         else:
@@ -588,7 +605,9 @@ class Session:
         response.may_call = self._may_call(options.tools, options.tool_choice)
         return [
             StartResponse(response_id=response.id, instructions=command.instructions, options=options),
-            ev.ResponseCreated(response_id=response.id, metadata=command.metadata, out_of_band=command.out_of_band),
+            ev.ResponseCreated(
+                response_id=response.id, metadata=command.metadata, out_of_band=command.out_of_band
+            ),
         ]
 
     def _already_active(self, param: str | None = None) -> ProtocolError:
@@ -648,7 +667,9 @@ class Session:
         previous = self._enter(_Item(item=item), after)
         return [
             *told,
-            AddItem(item_id=item_id, role=command.role, text=command.text, previous_item_id=after, images=images),
+            AddItem(
+                item_id=item_id, role=command.role, text=command.text, previous_item_id=after, images=images
+            ),
             ev.ConversationItemAdded(item=item, previous_item_id=previous),
             ev.ConversationItemDone(item=item, previous_item_id=previous),
         ]
@@ -658,18 +679,29 @@ class Session:
         item_id, after = self._created_item_place(command)
         call_id = command.call_id or self._new_id("call")
         item = ev.ConversationItem(
-            id=item_id, role=command.role, content_type="", kind=command.kind, call_id=call_id,
-            name=command.name, arguments=command.arguments, output=command.output,
+            id=item_id,
+            role=command.role,
+            content_type="",
+            kind=command.kind,
+            call_id=call_id,
+            name=command.name,
+            arguments=command.arguments,
+            output=command.output,
         )
         previous = self._enter(_Item(item=item), after)
         call: EngineCall
         if command.kind == "function_call":
             call = AddFunctionCall(
-                item_id=item_id, call_id=call_id, name=command.name or "", arguments=command.arguments or "",
+                item_id=item_id,
+                call_id=call_id,
+                name=command.name or "",
+                arguments=command.arguments or "",
                 previous_item_id=after,
             )
         else:
-            call = AddFunctionOutput(item_id=item_id, call_id=call_id, output=command.output or "", previous_item_id=after)
+            call = AddFunctionOutput(
+                item_id=item_id, call_id=call_id, output=command.output or "", previous_item_id=after
+            )
         return [
             call,
             ev.ConversationItemAdded(item=item, previous_item_id=previous),
@@ -703,7 +735,9 @@ class Session:
         record = self._assistant_item(command.item_id)
         if command.content_index != 0:
             raise ProtocolError(
-                ErrorCode.INVALID_VALUE, "assistant items have one content part (index 0)", param="content_index"
+                ErrorCode.INVALID_VALUE,
+                "assistant items have one content part (index 0)",
+                param="content_index",
             )
         if command.audio_end_ms < 0:
             raise ProtocolError(
@@ -866,15 +900,19 @@ class Session:
             # itself ended ``silence_duration_ms`` before it.
             td = self.config.turn_detection
             silence = td.silence_duration_ms if td is not None else 0
-            outputs.extend(self._commit_turn(
-                create_response=self._turn_detection_creates_response(),
-                detection_ms=max(0.0, self._input_ms - (audio_end_ms - silence)),
-            ))
+            outputs.extend(
+                self._commit_turn(
+                    create_response=self._turn_detection_creates_response(),
+                    detection_ms=max(0.0, self._input_ms - (audio_end_ms - silence)),
+                )
+            )
         return outputs
 
     def _turn_detection_creates_response(self) -> bool:
         td = self.config.turn_detection
-        return td is not None and td.create_response and not self.response_active and not self.transcribing_only
+        return (
+            td is not None and td.create_response and not self.response_active and not self.transcribing_only
+        )
 
     def _end_speech(self) -> None:
         self._speech_item_id = None
@@ -897,8 +935,11 @@ class Session:
             response.turn_item_id = item_id
             response.detection_ms = detection_ms
         call = CommitInput(
-            item_id=item_id, response_id=response.id if response else None, final=final,
-            engine_decides=engine_decides, is_speech=is_speech,
+            item_id=item_id,
+            response_id=response.id if response else None,
+            final=final,
+            engine_decides=engine_decides,
+            is_speech=is_speech,
         )
         outputs: list[Output] = [call, *self._turn_committed(item_id)]
         if response is not None:
@@ -949,7 +990,9 @@ class Session:
         assert self._response is None
         self._idle_deadline = None
         response = _Response(
-            id=self._new_id("resp"), modalities=modalities, requested_at=self._clock,
+            id=self._new_id("resp"),
+            modalities=modalities,
+            requested_at=self._clock,
             may_call=self._may_call(self.config.tools, self.config.tool_choice),
         )
         self._response = response
@@ -1021,8 +1064,11 @@ class Session:
             if event.status in ("completed", "incomplete") and now is not None and not response.out_of_band:
                 self._arm_idle_timer(response, now)
             return self._finish(
-                response, event.status, event.reason,
-                input_tokens=event.input_tokens, output_tokens=event.output_tokens,
+                response,
+                event.status,
+                event.reason,
+                input_tokens=event.input_tokens,
+                output_tokens=event.output_tokens,
             )
         if isinstance(event, port.EngineSpeechStarted):
             if self._speech_item_id is not None:
@@ -1051,8 +1097,12 @@ class Session:
             return [ev.OverlapDecision(policy=event.policy, action=event.action, reason=event.reason)]
         if isinstance(event, port.EngineInputTranscript):
             item_id = (
-                self._caller_item(event.item_id) or event.item_id or self._speech_item_id
-                or self._stopped_item_id or self._last_caller_item() or ""
+                self._caller_item(event.item_id)
+                or event.item_id
+                or self._speech_item_id
+                or self._stopped_item_id
+                or self._last_caller_item()
+                or ""
             )
             if event.final:
                 record = self._items.get(item_id)
@@ -1061,7 +1111,9 @@ class Session:
                 if not self.transcribes_input:
                     return []
                 audio_ms = record.produced_ms if record is not None else 0.0
-                return [ev.InputTranscriptionCompleted(item_id=item_id, transcript=event.text, audio_ms=audio_ms)]
+                return [
+                    ev.InputTranscriptionCompleted(item_id=item_id, transcript=event.text, audio_ms=audio_ms)
+                ]
             return self._partial_transcript(item_id, event.text) if self.transcribes_input else []
         if isinstance(event, port.EngineInputTranscriptFailed):
             if not self.transcribes_input:
@@ -1088,7 +1140,9 @@ class Session:
         """
         emitted, previous = self._partials.get(item_id, ((), ()))
         words = tuple(hypothesis.split())
-        stable = tuple(a for a, _ in itertools.takewhile(lambda pair: pair[0] == pair[1], zip(previous, words)))
+        stable = tuple(
+            a for a, _ in itertools.takewhile(lambda pair: pair[0] == pair[1], zip(previous, words))
+        )
         new: tuple[str, ...] = ()
         if len(stable) > len(emitted) and stable[: len(emitted)] == emitted:
             new = stable[len(emitted) :]
@@ -1099,7 +1153,11 @@ class Session:
         if not new:
             return []
         delta = " ".join(new)
-        return [ev.InputTranscriptionDelta(item_id=item_id, delta=f" {delta}" if len(emitted) > len(new) else delta)]
+        return [
+            ev.InputTranscriptionDelta(
+                item_id=item_id, delta=f" {delta}" if len(emitted) > len(new) else delta
+            )
+        ]
 
     def _live(self, response_id: str) -> _Response | None:
         """The reply in progress with this id (in the conversation or out of band); None if fenced."""
@@ -1123,8 +1181,11 @@ class Session:
             outputs.extend(self._cancel("superseded"))
         # A reply the engine started by itself (its own turn detection).
         response = _Response(
-            id=response_id, modalities=self.config.output_modalities, requested_at=self._clock,
-            turn_item_id=self._last_caller_item(), may_call=self._may_call(self.config.tools, self.config.tool_choice),
+            id=response_id,
+            modalities=self.config.output_modalities,
+            requested_at=self._clock,
+            turn_item_id=self._last_caller_item(),
+            may_call=self._may_call(self.config.tools, self.config.tool_choice),
         )
         self._response = response
         outputs.append(ev.ResponseCreated(response_id=response_id))
@@ -1151,11 +1212,16 @@ class Session:
         response.item_id = item_id
         response.message_index = len(response.outputs)
         content_type = "audio" if response.part_type == "audio" else "text"
-        item = ev.ConversationItem(id=item_id, role="assistant", status="in_progress", content_type=content_type)
+        item = ev.ConversationItem(
+            id=item_id, role="assistant", status="in_progress", content_type=content_type
+        )
         return [
             *self._open_output(response, item),
             ev.ContentPartAdded(
-                response_id=response.id, item_id=item_id, output_index=response.message_index, content_index=0,
+                response_id=response.id,
+                item_id=item_id,
+                output_index=response.message_index,
+                content_index=0,
                 part_type=response.part_type,
             ),
         ]
@@ -1169,13 +1235,21 @@ class Session:
         call = response.calls.get(event.call_id)
         if call is None:
             call = _Call(
-                item_id=self._new_id("item"), call_id=event.call_id, name=event.name,
+                item_id=self._new_id("item"),
+                call_id=event.call_id,
+                name=event.name,
                 output_index=len(response.outputs),
             )
             response.calls[event.call_id] = call
             item = ev.ConversationItem(
-                id=call.item_id, role="assistant", status="in_progress", content_type="", kind="function_call",
-                call_id=call.call_id, name=call.name, arguments="",
+                id=call.item_id,
+                role="assistant",
+                status="in_progress",
+                content_type="",
+                kind="function_call",
+                call_id=call.call_id,
+                name=call.name,
+                arguments="",
             )
             outputs.extend(self._open_output(response, item))
         if call.item is not None:
@@ -1183,30 +1257,50 @@ class Session:
         if isinstance(event, port.EngineFunctionCallDelta):
             if event.delta:
                 call.arguments.append(event.delta)
-                outputs.append(ev.FunctionCallArgumentsDelta(
-                    response_id=response.id, item_id=call.item_id, output_index=call.output_index,
-                    call_id=call.call_id, delta=event.delta,
-                ))
+                outputs.append(
+                    ev.FunctionCallArgumentsDelta(
+                        response_id=response.id,
+                        item_id=call.item_id,
+                        output_index=call.output_index,
+                        call_id=call.call_id,
+                        delta=event.delta,
+                    )
+                )
             return outputs
         if not call.arguments and event.arguments:
             # Clients that assemble the arguments from deltas get them whole, in one.
-            outputs.append(ev.FunctionCallArgumentsDelta(
-                response_id=response.id, item_id=call.item_id, output_index=call.output_index,
-                call_id=call.call_id, delta=event.arguments,
-            ))
+            outputs.append(
+                ev.FunctionCallArgumentsDelta(
+                    response_id=response.id,
+                    item_id=call.item_id,
+                    output_index=call.output_index,
+                    call_id=call.call_id,
+                    delta=event.arguments,
+                )
+            )
         outputs.extend(self._end_call(response, call, event.arguments, "completed"))
         return outputs
 
     def _end_call(self, response: _Response, call: _Call, arguments: str, status: str) -> list[Output]:
         item = ev.ConversationItem(
-            id=call.item_id, role="assistant", status=status, content_type="", kind="function_call",
-            call_id=call.call_id, name=call.name, arguments=arguments,
+            id=call.item_id,
+            role="assistant",
+            status=status,
+            content_type="",
+            kind="function_call",
+            call_id=call.call_id,
+            name=call.name,
+            arguments=arguments,
         )
         call.item = item
         outputs: list[Output] = [
             ev.FunctionCallArgumentsDone(
-                response_id=response.id, item_id=call.item_id, output_index=call.output_index,
-                call_id=call.call_id, name=call.name, arguments=arguments,
+                response_id=response.id,
+                item_id=call.item_id,
+                output_index=call.output_index,
+                call_id=call.call_id,
+                name=call.name,
+                arguments=arguments,
             ),
             ev.OutputItemDone(response_id=response.id, output_index=call.output_index, item=item),
         ]
@@ -1238,12 +1332,20 @@ class Session:
             record = self._items.get(iid)
             if record is not None:
                 record.produced_ms = response.audio_ms
-            outputs.append(ev.AudioDelta(
-                response_id=rid, item_id=iid, output_index=index, audio=event.pcm, rate=self.capabilities.output_rate
-            ))
+            outputs.append(
+                ev.AudioDelta(
+                    response_id=rid,
+                    item_id=iid,
+                    output_index=index,
+                    audio=event.pcm,
+                    rate=self.capabilities.output_rate,
+                )
+            )
         elif isinstance(event, port.EngineTranscript) and response.part_type == "audio":
             response.transcript.append((response.audio_ms, event.delta))
-            outputs.append(ev.TranscriptDelta(response_id=rid, item_id=iid, output_index=index, delta=event.delta))
+            outputs.append(
+                ev.TranscriptDelta(response_id=rid, item_id=iid, output_index=index, delta=event.delta)
+            )
         else:
             response.text.append(event.delta)
             outputs.append(ev.TextDelta(response_id=rid, item_id=iid, output_index=index, delta=event.delta))
@@ -1289,7 +1391,9 @@ class Session:
         outputs.append(BargeInEngine())
         return outputs
 
-    def _cancel(self, reason: str, *, engine_call: bool = True, response: _Response | None = None) -> list[Output]:
+    def _cancel(
+        self, reason: str, *, engine_call: bool = True, response: _Response | None = None
+    ) -> list[Output]:
         """Fence and close out ``response`` (default: the reply in the conversation)."""
         response = response or self._response
         if response is None:
@@ -1331,13 +1435,20 @@ class Session:
             assert call.item is not None
             items[call.item_id] = call.item
         turn = self._items.get(response.turn_item_id or "")
-        outputs.append(ev.ResponseDone(
-            response_id=response.id, status=status, reason=reason,
-            output=tuple(items[item_id] for item_id in response.outputs if item_id in items),
-            audio_ms=int(response.audio_ms), metadata=response.metadata, out_of_band=response.out_of_band,
-            input_audio_ms=int(turn.produced_ms) if turn is not None else 0,
-            input_tokens=input_tokens, output_tokens=output_tokens,
-        ))
+        outputs.append(
+            ev.ResponseDone(
+                response_id=response.id,
+                status=status,
+                reason=reason,
+                output=tuple(items[item_id] for item_id in response.outputs if item_id in items),
+                audio_ms=int(response.audio_ms),
+                metadata=response.metadata,
+                out_of_band=response.out_of_band,
+                input_audio_ms=int(turn.produced_ms) if turn is not None else 0,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+            )
+        )
         return outputs
 
     def _close_message(self, response: _Response, status: str) -> tuple[ev.ConversationItem, list[Output]]:
@@ -1365,18 +1476,25 @@ class Session:
         outputs: list[Output] = []
         if audio:
             outputs.append(ev.AudioDone(response_id=rid, item_id=iid, output_index=index))
-            outputs.append(ev.TranscriptDone(response_id=rid, item_id=iid, output_index=index, transcript=transcript))
+            outputs.append(
+                ev.TranscriptDone(response_id=rid, item_id=iid, output_index=index, transcript=transcript)
+            )
         else:
             outputs.append(ev.TextDone(response_id=rid, item_id=iid, output_index=index, text=text))
         outputs += [
             ev.ContentPartDone(
-                response_id=rid, item_id=iid, output_index=index, part_type=response.part_type,
+                response_id=rid,
+                item_id=iid,
+                output_index=index,
+                part_type=response.part_type,
                 transcript=transcript if audio else text,
             ),
             ev.OutputItemDone(response_id=rid, output_index=index, item=item),
         ]
         if not response.out_of_band:
-            outputs.append(ev.ConversationItemDone(item=item, previous_item_id=record.previous_id if record else None))
+            outputs.append(
+                ev.ConversationItemDone(item=item, previous_item_id=record.previous_id if record else None)
+            )
         return item, outputs
 
     def _close(self, reason: str, code: CloseCode, *, engine_gone: bool = False) -> list[Output]:
@@ -1462,7 +1580,8 @@ class Session:
             return self._assistant_item(item_id)
         for record in reversed(self._items.values()):
             if (
-                record.response_id is not None and record.item.kind == "message"
+                record.response_id is not None
+                and record.item.kind == "message"
                 and response_id in (None, record.response_id)
             ):
                 return record

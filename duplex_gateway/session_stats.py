@@ -169,7 +169,14 @@ class SessionStats:
         return label
 
     def summary(
-        self, *, now: float, session_id: str, reason: str, code: int | None, dialect: str, engine: str,
+        self,
+        *,
+        now: float,
+        session_id: str,
+        reason: str,
+        code: int | None,
+        dialect: str,
+        engine: str,
         call_id: str | None = None,
     ) -> dict[str, Any]:
         """The fields of the session's summary log line (``call_id``: a phone call's, when it is one)."""
@@ -211,7 +218,8 @@ def describe(summary: dict[str, Any]) -> str:
     first = summary["first_audio_ms"]
     audio = (
         f"first audio {first['min']:g}/{first['median']:g}/{first['max']:g} ms (min/median/max)"
-        if first else "no audio"
+        if first
+        else "no audio"
     )
     s = summary
     return (

@@ -135,7 +135,9 @@ class SileroVad:
 
         Returns each stream's probability [B] and next state [2, B, 128].
         """
-        probability, next_state = self._session.run(None, {"input": windows, "state": states, "sr": _SR_INPUT})
+        probability, next_state = self._session.run(
+            None, {"input": windows, "state": states, "sr": _SR_INPUT}
+        )
         return np.asarray(probability, dtype=np.float32)[:, 0], np.asarray(next_state, dtype=np.float32)
 
 
@@ -341,7 +343,9 @@ class TurnDetector:
         self._silence_start_ms = None
         self._floor_ms = 0
 
-    def _feed_speaking(self, start_ms: int, end_ms: int, probability: float) -> SpeechStop | SpeechPause | None:
+    def _feed_speaking(
+        self, start_ms: int, end_ms: int, probability: float
+    ) -> SpeechStop | SpeechPause | None:
         if probability >= self.threshold:
             self._silence_start_ms = None
             return None

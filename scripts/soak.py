@@ -89,9 +89,22 @@ def start_server(workdir: Path) -> Server:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DUPLEX_GATEWAY_")}
     with open(stderr, "wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "duplex_gateway", "serve", "--config", str(config),
-             "--host", "127.0.0.1", "--port", str(port)],
-            cwd=REPO, env={**env, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL, stderr=err,
+            [
+                sys.executable,
+                "-m",
+                "duplex_gateway",
+                "serve",
+                "--config",
+                str(config),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            cwd=REPO,
+            env={**env, "HF_HUB_OFFLINE": "1"},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
         )
     server = Server(proc, port, stderr)
     deadline = time.monotonic() + 30
@@ -222,7 +235,9 @@ def _reset(ws: ClientConnection) -> None:
 
 
 async def _ask_reply(ws: ClientConnection) -> None:
-    await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "turn_detection": None}}))
+    await ws.send(
+        json.dumps({"type": "session.update", "session": {"type": "realtime", "turn_detection": None}})
+    )
     await _until(ws, "session.updated")
     await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": TURN}))
     await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
@@ -256,7 +271,11 @@ async def cycle(server: Server, kind: str, tally: Tally) -> None:
 async def resume(server: Server, tally: Tally) -> None:
     try:
         async with _open(server.ws + "/v1/duplex") as ws:
-            await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "turn_detection": None}}))
+            await ws.send(
+                json.dumps(
+                    {"type": "session.update", "session": {"type": "realtime", "turn_detection": None}}
+                )
+            )
             created = await _until(ws, "session.created")
             session_id, token = created["session_id"], created["resume_token"]
             await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": TURN}))
@@ -265,10 +284,16 @@ async def resume(server: Server, tally: Tally) -> None:
             last_seq = int(delta["server_event_seq"])
             _reset(ws)
         async with _open(server.ws + "/v1/duplex") as ws:
-            await ws.send(json.dumps({
-                "type": "session.resume", "session_id": session_id, "resume_token": token,
-                "last_received_server_event_seq": last_seq,
-            }))
+            await ws.send(
+                json.dumps(
+                    {
+                        "type": "session.resume",
+                        "session_id": session_id,
+                        "resume_token": token,
+                        "last_received_server_event_seq": last_seq,
+                    }
+                )
+            )
             await _until(ws, "session.resumed")
             await ws.send(json.dumps({"type": "session.close"}))
             await asyncio.wait_for(ws.wait_closed(), 10)
@@ -284,7 +309,13 @@ KINDS = ("close",) * 10 + ("mid_reply_close",) * 4 + ("vanish",) * 3 + ("session
 
 
 async def run(
-    server: Server, cycles: int, resumes: int, concurrency: int, tally: Tally, seed: int, kinds: tuple[str, ...]
+    server: Server,
+    cycles: int,
+    resumes: int,
+    concurrency: int,
+    tally: Tally,
+    seed: int,
+    kinds: tuple[str, ...],
 ) -> None:
     rng = random.Random(seed)
     work = [("resume", None)] * resumes + [("cycle", rng.choice(kinds)) for _ in range(cycles)]
@@ -325,7 +356,9 @@ async def soak(args: argparse.Namespace, server: Server) -> dict[str, Any]:
     cycles, resumes = args.cycles - warm_cycles, args.resumes - warm_resumes
     await run(server, cycles // 2, resumes // 2, args.concurrency, tally, args.seed + 1, kinds)
     middle = await quiet(server, grace + 10)
-    await run(server, cycles - cycles // 2, resumes - resumes // 2, args.concurrency, tally, args.seed + 2, kinds)
+    await run(
+        server, cycles - cycles // 2, resumes - resumes // 2, args.concurrency, tally, args.seed + 2, kinds
+    )
     ran_s = time.monotonic() - measured - grace - 0.5
     final = await quiet(server, grace + 10)
     final["fds"] = await open_files_settled(server, baseline["fds"])
@@ -363,9 +396,15 @@ async def soak(args: argparse.Namespace, server: Server) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cycles", type=int, default=10_000, help="connect/disconnect cycles (default 10000)")
-    parser.add_argument("--resumes", type=int, default=1_000, help="dropped-and-resumed sessions (default 1000)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--cycles", type=int, default=10_000, help="connect/disconnect cycles (default 10000)"
+    )
+    parser.add_argument(
+        "--resumes", type=int, default=1_000, help="dropped-and-resumed sessions (default 1000)"
+    )
     parser.add_argument("--concurrency", type=int, default=8, help="clients at a time (default 8)")
     parser.add_argument("--max-rss-growth", type=float, default=0.05, help="after warm-up (default 0.05)")
     parser.add_argument("--seed", type=int, default=1, help="the mix of cycle kinds")

@@ -22,8 +22,12 @@ __all__ = ["EXTENSION_EVENTS", "validate_server_event"]
 #: ``session.closed`` for the duplex handshake.
 EXTENSION_EVENTS = frozenset(
     {
-        "playback.acknowledged", "session.heartbeat_ack", "session.closed", "session.resumed",
-        "session.replaced", "session.resync_required",
+        "playback.acknowledged",
+        "session.heartbeat_ack",
+        "session.closed",
+        "session.resumed",
+        "session.replaced",
+        "session.resync_required",
         # The gateway's latency breakdown, sent only to a client that asked (``session.include``).
         "turn.latency",
         # The gateway's drain warning: to duplex clients, and to clients that asked (``session.include``).

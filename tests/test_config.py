@@ -71,7 +71,9 @@ def test_unknown_engine_is_named() -> None:
 
 
 def test_session_defaults_follow_config() -> None:
-    config = session_defaults(load_settings(None, **{"session.turn_detection": "none", "session.input_rate": 16000}))
+    config = session_defaults(
+        load_settings(None, **{"session.turn_detection": "none", "session.input_rate": 16000})
+    )
     assert config.turn_detection is None
     assert config.input_format.rate == 16000
 

@@ -75,7 +75,9 @@ class FakeSocket:
     def drop(self, code: int = 1006) -> None:
         self.incoming.put_nowait({"type": "websocket.disconnect", "code": code})
 
-    async def wait_for(self, match: str | Callable[[Event], bool], start: int = 0, timeout: float = 10) -> int:
+    async def wait_for(
+        self, match: str | Callable[[Event], bool], start: int = 0, timeout: float = 10
+    ) -> int:
         """Index of the first event at or after ``start`` of type ``match`` (or satisfying it)."""
         pred = (lambda e: e["type"] == match) if isinstance(match, str) else match
         async with asyncio.timeout(timeout), self._changed:
@@ -100,8 +102,9 @@ class FakeSocket:
 
 def deltas_of(socket: FakeSocket, response_id: str, start: int = 0) -> list[int]:
     return [
-        i for i, e in enumerate(socket.events) if i >= start
-        and e["type"] == "response.output_audio.delta" and e["response_id"] == response_id
+        i
+        for i, e in enumerate(socket.events)
+        if i >= start and e["type"] == "response.output_audio.delta" and e["response_id"] == response_id
     ]
 
 
@@ -147,7 +150,9 @@ class Harness:
             registry=registry or SessionRegistry(settings.limits.max_sessions),
             handshake=handshake,
             dialect=RealtimeDialect(
-                session_id=session_id, beta=False, duplex=handshake is Handshake.DUPLEX,
+                session_id=session_id,
+                beta=False,
+                duplex=handshake is Handshake.DUPLEX,
                 max_message_bytes=settings.limits.max_message_bytes,
             ),
             resumes=resumes,
@@ -283,7 +288,9 @@ def test_the_message_size_limit_holds_an_append_of_15_mib() -> None:
 
 @pytest.mark.parametrize("trigger", ["response.cancel", "output_audio_buffer.clear"])
 @pytest.mark.parametrize("out_rate", [8000, 16000, 48000])
-async def test_a_cancelled_reply_sends_no_resampler_tail(harness: Harness, trigger: str, out_rate: int) -> None:
+async def test_a_cancelled_reply_sends_no_resampler_tail(
+    harness: Harness, trigger: str, out_rate: int
+) -> None:
     socket = FakeSocket()
     # One chunk of 1 s, played at real-time pace: all its audio is out long before it ends.
     engine = await echo(pace=1.0, chunk_ms=1000)
@@ -355,11 +362,17 @@ async def test_a_resume_takes_over_the_parked_sessions_slot(harness: Harness) ->
     await asyncio.gather(*harness.tasks)
     assert [c.session_id for c in resumes.parked()] == ["sess_a"] and registry.count == 1
     second = FakeSocket()
-    harness.connect(second, engine, registry=registry, resumes=resumes, session_id="sess_b", handshake=Handshake.DUPLEX)
-    second.push({
-        "type": "session.resume", "session_id": "sess_a", "resume_token": created["resume_token"],
-        "last_received_server_event_seq": created["server_event_seq"],
-    })
+    harness.connect(
+        second, engine, registry=registry, resumes=resumes, session_id="sess_b", handshake=Handshake.DUPLEX
+    )
+    second.push(
+        {
+            "type": "session.resume",
+            "session_id": "sess_a",
+            "resume_token": created["resume_token"],
+            "last_received_server_event_seq": created["server_event_seq"],
+        }
+    )
     await second.wait_for("session.resumed")
     assert second.errors() == [] and registry.count == 1 and engine.active_sessions == 1
     second.push({"type": "session.close"})
@@ -370,7 +383,9 @@ async def test_a_resume_takes_over_the_parked_sessions_slot(harness: Harness) ->
 
 def resume_event(created: Event, token: str, last_seq: int) -> Event:
     return {
-        "type": "session.resume", "session_id": created["session_id"], "resume_token": token,
+        "type": "session.resume",
+        "session_id": created["session_id"],
+        "resume_token": token,
         "last_received_server_event_seq": last_seq,
     }
 
@@ -385,13 +400,17 @@ async def test_a_session_whose_socket_looks_alive_is_taken_over(harness: Harness
     first.push({"type": "session.heartbeat"})
     last_seq = first.events[await first.wait_for("session.heartbeat_ack")]["server_event_seq"]
     second = FakeSocket()
-    harness.connect(second, engine, registry=registry, resumes=resumes, session_id="sess_b", handshake=Handshake.DUPLEX)
+    harness.connect(
+        second, engine, registry=registry, resumes=resumes, session_id="sess_b", handshake=Handshake.DUPLEX
+    )
     second.push(resume_event(created, created["resume_token"], last_seq))
     resumed = second.events[await second.wait_for("session.resumed")]
     # The old socket is told, and closed; it is never read again.
     replaced = first.events[await first.wait_for("session.replaced")]
     assert {k: v for k, v in replaced.items() if k != "event_id"} == {
-        "type": "session.replaced", "session_id": "sess_a", "attachment_generation": 1,
+        "type": "session.replaced",
+        "session_id": "sess_a",
+        "attachment_generation": 1,
     }
     assert await first.wait_closed() == 1000
     first.push({"type": "session.heartbeat"})
@@ -680,7 +699,9 @@ async def test_an_update_the_engine_never_answers_holds_what_follows_for_a_bound
     await engine.start()
     harness.connect(socket, engine, **{"limits.engine_timeout_s": 0.2})
     await socket.wait_for("session.created")
-    socket.push({"type": "session.update", "event_id": "evt_update", "session": {"instructions": "Be brief."}})
+    socket.push(
+        {"type": "session.update", "event_id": "evt_update", "session": {"instructions": "Be brief."}}
+    )
     socket.push({"type": "response.create"})
     created = await socket.wait_for("response.created")
     (error,) = [e for e in socket.events[:created] if e["type"] == "error"]
@@ -717,9 +738,16 @@ async def test_a_sessions_reply_feeds_the_metrics_and_its_end_the_summary_line(
     assert sample(metrics, "duplex_gateway_speech_end_to_first_audio_seconds_count", engine="echo") is None
     assert sample(metrics, "duplex_gateway_replies_total", engine="echo", status="completed") == 1
     assert sample(metrics, "duplex_gateway_sessions_active", dialect="realtime", engine="echo") == 0
-    assert sample(
-        metrics, "duplex_gateway_sessions_total", dialect="realtime", engine="echo", reason="client_closed"
-    ) == 1
+    assert (
+        sample(
+            metrics,
+            "duplex_gateway_sessions_total",
+            dialect="realtime",
+            engine="echo",
+            reason="client_closed",
+        )
+        == 1
+    )
     assert sample(metrics, "duplex_gateway_engine_call_seconds_count", call="start_response") == 1
     assert sample(metrics, "duplex_gateway_engine_call_seconds_count", call="open_session") == 1
     assert (sample(metrics, "duplex_gateway_output_chunk_gap_seconds_count", engine="echo") or 0) >= 1
@@ -733,7 +761,9 @@ async def test_a_sessions_reply_feeds_the_metrics_and_its_end_the_summary_line(
     assert summary.close_reason == "client_closed" and summary.bytes_in > 0  # type: ignore[attr-defined]
 
 
-async def test_draining_a_duplex_session_warns_it_lets_the_reply_finish_then_closes_1001(harness: Harness) -> None:
+async def test_draining_a_duplex_session_warns_it_lets_the_reply_finish_then_closes_1001(
+    harness: Harness,
+) -> None:
     registry = SessionRegistry(4)
     engine = await echo(pace=1.0, chunk_ms=50)
     socket = FakeSocket()
@@ -747,7 +777,9 @@ async def test_draining_a_duplex_session_warns_it_lets_the_reply_finish_then_clo
     connection.drain(5.0)
     closing = socket.events[await socket.wait_for("session.closing")]
     assert {k: v for k, v in closing.items() if k not in ("event_id", "server_event_seq")} == {
-        "type": "session.closing", "reason": "server_shutdown", "grace_s": 5.0,
+        "type": "session.closing",
+        "reason": "server_shutdown",
+        "grace_s": 5.0,
     }
     done = socket.events[await socket.wait_for(done_of(response_id))]
     assert done["response"]["status"] == "completed"  # the reply in progress was finished
@@ -764,7 +796,9 @@ async def test_a_realtime_client_is_warned_only_if_it_asked(harness: Harness, in
     connection = harness.connect(socket, engine)
     await socket.wait_for("session.created")
     if include:
-        socket.push({"type": "session.update", "session": {"type": "realtime", "include": ["session.closing"]}})
+        socket.push(
+            {"type": "session.update", "session": {"type": "realtime", "include": ["session.closing"]}}
+        )
         await socket.wait_for("session.updated")
     connection.drain(5.0)
     assert await socket.wait_closed() == 1001  # nothing in progress: closed at once
@@ -781,6 +815,13 @@ async def test_a_draining_gateway_refuses_new_sessions_1013(harness: Harness) ->
     assert await socket.wait_closed() == 1013
     assert socket.types() == ["error"] and socket.errors() == ["server_shutting_down"]
     await asyncio.gather(*harness.tasks)
-    assert sample(
-        metrics, "duplex_gateway_sessions_total", dialect="realtime", engine="echo", reason="server_shutting_down"
-    ) == 1
+    assert (
+        sample(
+            metrics,
+            "duplex_gateway_sessions_total",
+            dialect="realtime",
+            engine="echo",
+            reason="server_shutting_down",
+        )
+        == 1
+    )

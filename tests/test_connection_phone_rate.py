@@ -93,13 +93,18 @@ async def _turn_echoed(harness: Harness, caller: npt.NDArray[np.int16], *, paced
     socket = FakeSocket()
     harness.connect(socket, engine, **{"session.turn_detection": "server_vad"})
     await socket.wait_for("session.created")
-    socket.push({
-        "type": "session.update",
-        "session": {"type": "realtime", "audio": {
-            "input": {"format": {"type": "audio/pcm", "rate": PHONE_RATE}},
-            "output": {"format": {"type": "audio/pcm", "rate": ENGINE_RATE}},
-        }},
-    })
+    socket.push(
+        {
+            "type": "session.update",
+            "session": {
+                "type": "realtime",
+                "audio": {
+                    "input": {"format": {"type": "audio/pcm", "rate": PHONE_RATE}},
+                    "output": {"format": {"type": "audio/pcm", "rate": ENGINE_RATE}},
+                },
+            },
+        }
+    )
     await socket.wait_for("session.updated")
     pcm = caller.astype("<i2").tobytes()
     step = PHONE_RATE * 2 // 50  # 20 ms frames, as a phone sends them

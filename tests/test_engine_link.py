@@ -25,5 +25,7 @@ def test_camera_frames_ride_the_end_of_the_audio_they_came_with() -> None:
     assert _merge(calls.popleft(), calls) == AppendAudio(pcm=b"cd")
     # An append that carries frames takes no later audio with it.
     later: deque[EngineCall] = deque([AppendAudio(pcm=b"f")])
-    assert _merge(AppendAudio(pcm=b"e", video_frames=(FRAME,)), later) == AppendAudio(pcm=b"e", video_frames=(FRAME,))
+    assert _merge(AppendAudio(pcm=b"e", video_frames=(FRAME,)), later) == AppendAudio(
+        pcm=b"e", video_frames=(FRAME,)
+    )
     assert list(later) == [AppendAudio(pcm=b"f")]

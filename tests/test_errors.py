@@ -26,7 +26,9 @@ CAPS = port.EngineCapabilities(name="test", input_rate=RATE, output_rate=RATE, o
 
 def _session() -> Session:
     session = Session(
-        session_id="sess_1", capabilities=CAPS, defaults=SessionConfig(turn_detection=None),
+        session_id="sess_1",
+        capabilities=CAPS,
+        defaults=SessionConfig(turn_detection=None),
         handshake=Handshake.REALTIME,
     )
     session.start()
@@ -127,9 +129,14 @@ def test_openais_words_for_the_errors_clients_match_on() -> None:
         "Wait until the response is finished before creating a new one."
     )
     assert cancel_with_no_reply().message == "Cancellation failed: no active response found"
-    assert retrieve_unknown_item().message == "Error retrieving item: the item with id 'item_nope' does not exist."
+    assert (
+        retrieve_unknown_item().message
+        == "Error retrieving item: the item with id 'item_nope' does not exist."
+    )
     assert commit_of_nothing().message.startswith("Error committing input audio buffer")
-    assert session_past_its_maximum_duration().message == "Your session hit the maximum duration of 60 minutes."
+    assert (
+        session_past_its_maximum_duration().message == "Your session hit the maximum duration of 60 minutes."
+    )
 
 
 def test_openai_message_puts_the_detail_after_openais_words() -> None:

@@ -36,7 +36,9 @@ def licence(dist: md.Distribution) -> str:
     first_line = field.splitlines()[0].strip() if field else ""
     if first_line and first_line.upper() not in ("UNKNOWN", "NONE"):
         return first_line
-    classifiers = [c.split(" :: ")[-1] for c in meta.get_all("Classifier") or [] if c.startswith("License ::")]
+    classifiers = [
+        c.split(" :: ")[-1] for c in meta.get_all("Classifier") or [] if c.startswith("License ::")
+    ]
     return " / ".join(classifiers)
 
 
@@ -95,8 +97,14 @@ def test_the_checker_catches_gpl_and_a_missing_licence() -> None:
     # piper-tts (the embedded extra's TTS) is GPL-3.0-or-later: the same check on that closure fails.
     embedded = closure(PROJECT, ("embedded",))
     assert any(line.startswith("piper-tts ") for line in problems(embedded)), problems(embedded)
-    assert is_gpl("GPL-3.0-or-later") and is_gpl("AGPL-3.0-only") and is_gpl("GNU General Public License v3 (GPLv3)")
-    assert not is_gpl("LGPL-2.1-or-later") and not is_gpl("GNU Lesser General Public License v2 or later (LGPLv2+)")
+    assert (
+        is_gpl("GPL-3.0-or-later")
+        and is_gpl("AGPL-3.0-only")
+        and is_gpl("GNU General Public License v3 (GPLv3)")
+    )
+    assert not is_gpl("LGPL-2.1-or-later") and not is_gpl(
+        "GNU Lesser General Public License v2 or later (LGPLv2+)"
+    )
     assert not is_gpl("MIT OR GPL-2.0-only") and is_gpl("GPL-2.0-only OR GPL-3.0-only")
 
 
@@ -107,7 +115,9 @@ def _readme_licence_rows() -> dict[str, str]:
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 3 and (match := re.fullmatch(r"`pip install (?:'?)duplex-gateway(?:\[(\w+)\])?'?`", cells[0])):
+        if len(cells) >= 3 and (
+            match := re.fullmatch(r"`pip install (?:'?)duplex-gateway(?:\[(\w+)\])?'?`", cells[0])
+        ):
             rows[match.group(1) or "core"] = cells[2]
     return rows
 
@@ -121,6 +131,10 @@ def test_the_readme_names_each_installs_gpl_code(extra: str) -> None:
     own = {name: dist for name, dist in added.items() if extra == "core" or name not in base}
     gpl = [name for name, dist in own.items() if is_gpl(licence(dist))]
     for name in gpl:
-        assert f"`{name}`" in rows[extra], f"README does not say that {extra} brings {name} ({licence(own[name])})"
+        assert f"`{name}`" in rows[extra], (
+            f"README does not say that {extra} brings {name} ({licence(own[name])})"
+        )
     if not gpl:
-        assert "no GPL" in rows[extra], f"README's {extra} row should say it brings no GPL code: {rows[extra]!r}"
+        assert "no GPL" in rows[extra], (
+            f"README's {extra} row should say it brings no GPL code: {rows[extra]!r}"
+        )

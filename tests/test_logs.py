@@ -14,7 +14,9 @@ from duplex_gateway.logs import JsonFormatter, TextFormatter, bind_session, conf
 
 
 def record(message: str = "hello %s", *args: object, **extra: object) -> logging.LogRecord:
-    rec = logging.LogRecord("duplex_gateway.test", logging.INFO, __file__, 1, message, args or ("world",), None)
+    rec = logging.LogRecord(
+        "duplex_gateway.test", logging.INFO, __file__, 1, message, args or ("world",), None
+    )
     for key, value in extra.items():
         setattr(rec, key, value)
     return rec
@@ -109,7 +111,9 @@ def test_a_clients_invalid_utf8_is_one_warning_line_not_a_traceback() -> None:
             logging.getLogger("uvicorn.error").exception("Exception in ASGI application\n")
         out = stream.getvalue()
         assert "WARNING uvicorn.error: Invalid UTF-8 sequence received from client." in out
-        assert out.count("Traceback") == 1 and "RuntimeError: a bug" in out  # a real fault keeps its traceback
+        assert (
+            out.count("Traceback") == 1 and "RuntimeError: a bug" in out
+        )  # a real fault keeps its traceback
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])

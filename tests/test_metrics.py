@@ -27,7 +27,10 @@ def test_session_families_count_by_dialect_engine_and_reason() -> None:
     m.session_ended(labels, "client_closed")
     assert value(m, "duplex_gateway_sessions_active", dialect="realtime", engine="echo") == 0
     assert value(m, "duplex_gateway_sessions_active", dialect="twilio", engine="echo") == 1
-    assert value(m, "duplex_gateway_sessions_total", dialect="realtime", engine="echo", reason="client_closed") == 1
+    assert (
+        value(m, "duplex_gateway_sessions_total", dialect="realtime", engine="echo", reason="client_closed")
+        == 1
+    )
 
 
 def test_latency_histograms_are_in_seconds() -> None:
@@ -79,20 +82,34 @@ def test_each_gateway_has_its_own_registry_and_none_touches_the_global_one() -> 
     a.reply_done("completed")
     assert value(a, "duplex_gateway_replies_total", engine="echo", status="completed") == 1
     assert value(b, "duplex_gateway_replies_total", engine="echo", status="completed") is None
-    assert REGISTRY.get_sample_value("duplex_gateway_replies_total", {"engine": "echo", "status": "completed"}) is None
+    assert (
+        REGISTRY.get_sample_value("duplex_gateway_replies_total", {"engine": "echo", "status": "completed"})
+        is None
+    )
 
 
 def test_the_exposition_parses_and_names_every_family() -> None:
     m = GatewayMetrics("echo")
     names = {family.name for family in text_string_to_metric_families(m.render().decode())}
     expected = {
-        "duplex_gateway_sessions_active", "duplex_gateway_sessions", "duplex_gateway_replies",
-        "duplex_gateway_barge_ins", "duplex_gateway_first_audio_seconds",
-        "duplex_gateway_speech_end_to_first_audio_seconds", "duplex_gateway_barge_in_cutoff_seconds",
-        "duplex_gateway_output_chunk_gap_seconds", "duplex_gateway_input_backpressure_seconds",
-        "duplex_gateway_send_queue_depth", "duplex_gateway_client_bytes", "duplex_gateway_engine_call_seconds",
-        "duplex_gateway_engine_call_errors", "duplex_gateway_auth_refusals", "duplex_gateway_resumes",
-        "duplex_gateway_draining", "duplex_gateway_engine_sessions", "duplex_gateway_tasks",
+        "duplex_gateway_sessions_active",
+        "duplex_gateway_sessions",
+        "duplex_gateway_replies",
+        "duplex_gateway_barge_ins",
+        "duplex_gateway_first_audio_seconds",
+        "duplex_gateway_speech_end_to_first_audio_seconds",
+        "duplex_gateway_barge_in_cutoff_seconds",
+        "duplex_gateway_output_chunk_gap_seconds",
+        "duplex_gateway_input_backpressure_seconds",
+        "duplex_gateway_send_queue_depth",
+        "duplex_gateway_client_bytes",
+        "duplex_gateway_engine_call_seconds",
+        "duplex_gateway_engine_call_errors",
+        "duplex_gateway_auth_refusals",
+        "duplex_gateway_resumes",
+        "duplex_gateway_draining",
+        "duplex_gateway_engine_sessions",
+        "duplex_gateway_tasks",
     }
     assert expected <= names
 
@@ -120,5 +137,7 @@ def test_the_sans_io_core_loads_no_metrics() -> None:
         "import sys\nimport duplex_gateway.session, duplex_gateway.dialects.realtime, duplex_gateway.telephony.dialect\n"
         "print(sorted(m for m in ('prometheus_client', 'duplex_gateway.metrics') if m in sys.modules))"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert result.stdout.strip() == "[]"

@@ -38,7 +38,9 @@ def recording(tmp_path: Path, **kwargs: Any) -> rec.Recording:
     return rec.Recording(
         tmp_path / "20260101T000000.000000Z_sess_test",
         header={"session_id": "sess_test", "engine": "echo"},
-        input_rate=24_000, output_rate=24_000, **kwargs,
+        input_rate=24_000,
+        output_rate=24_000,
+        **kwargs,
     )
 
 
@@ -64,7 +66,9 @@ def test_a_session_is_written_as_two_flac_tracks_and_a_log(tmp_path: Path) -> No
     r.assistant_audio(reply[:1001])  # an odd byte: half a sample waits for the next chunk
     r.assistant_audio(reply[1001:])
     wire = reply[::2]  # what the client got may differ (another rate): only its length is logged
-    r.server_event(ev.AudioDelta(response_id="resp_1", item_id="item_1", audio=wire, rate=12_000, encoded=True), True)
+    r.server_event(
+        ev.AudioDelta(response_id="resp_1", item_id="item_1", audio=wire, rate=12_000, encoded=True), True
+    )
     r.server_event(ev.AudioDone(response_id="resp_1", item_id="item_1"), False)
     r.closed("client_closed", 1000, SessionConfig())
     assert r.wait(5)
@@ -75,7 +79,16 @@ def test_a_session_is_written_as_two_flac_tracks_and_a_log(tmp_path: Path) -> No
     assert assistant.astype("<i2").tobytes() == reply
 
     log = log_of(r.folder)
-    assert [line["kind"] for line in log] == ["session", "client", "client", "client", "client", "server", "server", "end"]
+    assert [line["kind"] for line in log] == [
+        "session",
+        "client",
+        "client",
+        "client",
+        "client",
+        "server",
+        "server",
+        "end",
+    ]
     header, *body, end = log
     assert header["version"] == rec.FORMAT_VERSION and header["engine"] == "echo"
     times = [line["t"] for line in body]
@@ -100,8 +113,12 @@ def test_a_session_is_written_as_two_flac_tracks_and_a_log(tmp_path: Path) -> No
 def test_an_append_in_its_own_format_is_logged_with_that_format(tmp_path: Path) -> None:
     r = recording(tmp_path)
     audio = bytes(160)
-    frame = json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(audio).decode("ascii")})
-    r.client_command(frame, [InputAudioAppend(audio=audio, encoding=Encoding.G711_ULAW, rate=8000)], PCM16_24K)
+    frame = json.dumps(
+        {"type": "input_audio_buffer.append", "audio": base64.b64encode(audio).decode("ascii")}
+    )
+    r.client_command(
+        frame, [InputAudioAppend(audio=audio, encoding=Encoding.G711_ULAW, rate=8000)], PCM16_24K
+    )
     r.closed("client_closed", 1000, SessionConfig())
     assert r.wait(5)
     ref = log_of(r.folder)[1]["frame"]["audio"]["$audio"]
@@ -233,14 +250,18 @@ def test_retention_deletes_the_oldest_first(tmp_path: Path) -> None:
     assert rec.sweep(tmp_path, max_recordings=2, max_bytes=None, max_age_s=None) == [old]
     assert rec.sweep(tmp_path, max_recordings=2, max_bytes=250, max_age_s=None) == []
     # The oldest is still being written: the next oldest goes instead.
-    assert rec.sweep(tmp_path, max_recordings=None, max_bytes=150, max_age_s=None, keep=frozenset({mid.name})) == [
-        new
-    ]
+    assert rec.sweep(
+        tmp_path, max_recordings=None, max_bytes=150, max_age_s=None, keep=frozenset({mid.name})
+    ) == [new]
     started = rec._folder_started(mid.name)
     assert started is not None
     day = 86_400.0
-    assert rec.sweep(tmp_path, max_recordings=None, max_bytes=None, max_age_s=day, now=started + day / 2) == []
-    assert rec.sweep(tmp_path, max_recordings=None, max_bytes=None, max_age_s=day, now=started + 2 * day) == [mid]
+    assert (
+        rec.sweep(tmp_path, max_recordings=None, max_bytes=None, max_age_s=day, now=started + day / 2) == []
+    )
+    assert rec.sweep(tmp_path, max_recordings=None, max_bytes=None, max_age_s=day, now=started + 2 * day) == [
+        mid
+    ]
     assert rec.sweep(tmp_path, max_recordings=None, max_bytes=None, max_age_s=None) == []
     assert other.is_dir()
 
@@ -250,15 +271,18 @@ def test_recordings_record_only_when_asked(tmp_path: Path) -> None:
     off = rec.Recordings.from_settings(settings)
     keyed = Principal(kind=PrincipalKind.KEY, name="k", scopes=ALL_SCOPES, record=True)
     assert not off.active and not off.wants(keyed)
-    assert off.start("sess_1", principal=keyed, engine=ENGINE, dialect="realtime", config=SessionConfig()) is (
-        rec.NO_RECORDER
-    )
+    assert off.start(
+        "sess_1", principal=keyed, engine=ENGINE, dialect="realtime", config=SessionConfig()
+    ) is (rec.NO_RECORDER)
     assert not (tmp_path / "r").exists()
 
-    with_key = load_settings(None, **{
-        "recording.directory": str(tmp_path / "r"),
-        "auth.keys": [{"name": "k", "key": "secret", "record": True}, {"name": "j", "key": "other"}],
-    })
+    with_key = load_settings(
+        None,
+        **{
+            "recording.directory": str(tmp_path / "r"),
+            "auth.keys": [{"name": "k", "key": "secret", "record": True}, {"name": "j", "key": "other"}],
+        },
+    )
     recordings = rec.Recordings.from_settings(with_key)
     plain = Principal(kind=PrincipalKind.KEY, name="j", scopes=ALL_SCOPES)
     assert recordings.active and recordings.wants(keyed) and not recordings.wants(plain)
@@ -266,11 +290,21 @@ def test_recordings_record_only_when_asked(tmp_path: Path) -> None:
     store = KeyStore.from_settings(with_key.auth)
     assert store.named("k").record and not store.named("j").record  # type: ignore[union-attr]
 
-    everyone = rec.Recordings.from_settings(load_settings(None, **{
-        "recording.enabled": True, "recording.directory": str(tmp_path / "r"),
-    }))
+    everyone = rec.Recordings.from_settings(
+        load_settings(
+            None,
+            **{
+                "recording.enabled": True,
+                "recording.directory": str(tmp_path / "r"),
+            },
+        )
+    )
     recorder = everyone.start(
-        "sess_1", principal=None, engine=ENGINE, dialect="realtime", config=SessionConfig(),
+        "sess_1",
+        principal=None,
+        engine=ENGINE,
+        dialect="realtime",
+        config=SessionConfig(),
         endpoint={"path": "/v1/realtime"},
     )
     assert isinstance(recorder, rec.Recording)
@@ -282,7 +316,9 @@ def test_recordings_record_only_when_asked(tmp_path: Path) -> None:
 
 
 def test_the_recording_section_is_checked() -> None:
-    settings = load_settings(None, **{"recording.retention.max_recordings": 3, "recording.retention.max_bytes": 10})
+    settings = load_settings(
+        None, **{"recording.retention.max_recordings": 3, "recording.retention.max_bytes": 10}
+    )
     assert settings.recording.retention.max_recordings == 3 and not settings.recording.enabled
     with pytest.raises(ConfigError, match="recording.retention.max_age_s"):
         load_settings(None, **{"recording.retention.max_age_s": 0})

@@ -26,7 +26,9 @@ def speechlike(seconds: float, rate: int = RATE) -> np.ndarray:
 
 def caller_track(folder: Path, samples: np.ndarray) -> rp.CallerAudio:
     folder.mkdir(parents=True, exist_ok=True)
-    sf.write(folder / "caller.flac", (samples * 32767).astype(np.int16), RATE, subtype="PCM_16", format="FLAC")
+    sf.write(
+        folder / "caller.flac", (samples * 32767).astype(np.int16), RATE, subtype="PCM_16", format="FLAC"
+    )
     return rp.CallerAudio(folder, RATE)
 
 
@@ -46,8 +48,12 @@ def test_pcm16_at_the_engine_rate_comes_back_exactly(tmp_path: Path) -> None:
     assert audio.wire(ref(961, 0)) == pcm[:960] + b"\x00"  # the partial sample the gateway refused
 
 
-@pytest.mark.parametrize(("encoding", "rate"), [("g711_ulaw", 8000), ("pcm16", 16_000), ("pcm_f32le", 48_000)])
-def test_other_formats_come_back_within_the_resampler_and_codec(tmp_path: Path, encoding: str, rate: int) -> None:
+@pytest.mark.parametrize(
+    ("encoding", "rate"), [("g711_ulaw", 8000), ("pcm16", 16_000), ("pcm_f32le", 48_000)]
+)
+def test_other_formats_come_back_within_the_resampler_and_codec(
+    tmp_path: Path, encoding: str, rate: int
+) -> None:
     samples = speechlike(1.0)
     audio = caller_track(tmp_path, samples)
     width = Encoding(encoding).bytes_per_sample
@@ -64,12 +70,27 @@ def server(t: float, type_: str, **event: Any) -> dict[str, Any]:
     return {"kind": "server", "dir": "out", "t": t, "type": type_, "event": event}
 
 
-def session(events: list[dict[str, Any]], *, client: list[dict[str, Any]] | None = None, reason: str = "client_closed",
-            folder: Path = Path("rec")) -> rp.RecordedSession:
-    end = {"kind": "end", "t": (events[-1]["t"] if events else 0) + 0.1, "reason": reason, "code": 1000,
-           "complete": True}
-    return rp.RecordedSession(folder, {"session_id": "sess_0123456789abcdef", "engine": "echo"}, tuple(client or ()),
-                              tuple(events), end)
+def session(
+    events: list[dict[str, Any]],
+    *,
+    client: list[dict[str, Any]] | None = None,
+    reason: str = "client_closed",
+    folder: Path = Path("rec"),
+) -> rp.RecordedSession:
+    end = {
+        "kind": "end",
+        "t": (events[-1]["t"] if events else 0) + 0.1,
+        "reason": reason,
+        "code": 1000,
+        "complete": True,
+    }
+    return rp.RecordedSession(
+        folder,
+        {"session_id": "sess_0123456789abcdef", "engine": "echo"},
+        tuple(client or ()),
+        tuple(events),
+        end,
+    )
 
 
 def reply(salt: str, t0: float, deltas: int) -> list[dict[str, Any]]:
@@ -78,7 +99,10 @@ def reply(salt: str, t0: float, deltas: int) -> list[dict[str, Any]]:
         server(t0, "session.created", session_id="sess_x"),
         server(t0 + 0.1, "input_audio_buffer.committed", item_id=item, previous_item_id=None),
         server(t0 + 0.2, "response.created", response_id=resp),
-        *(server(t0 + 0.3 + i / 100, "response.output_audio.delta", response_id=resp, item_id=out) for i in range(deltas)),
+        *(
+            server(t0 + 0.3 + i / 100, "response.output_audio.delta", response_id=resp, item_id=out)
+            for i in range(deltas)
+        ),
         server(t0 + 0.5, "response.done", response_id=resp, output=[{"id": out}]),
     ]
 
@@ -135,18 +159,35 @@ def test_frames_are_rebuilt_with_their_audio_and_the_new_runs_ids(tmp_path: Path
     ids = rp._Ids(recorded)
     ids.learn('{"type":"session.created","session":{"id":"sess_fedcba9876543210"}}')
     ids.learn('{"type":"conversation.item.added","item":{"id":"item_bbbbbbbb00001"}}')
-    truncate = {"kind": "client", "t": 1.0, "commands": ["conversation.item.truncate"],
-                "frame": {"type": "conversation.item.truncate", "item_id": "item_aaaaaaaa00003", "content_index": 0,
-                          "note": "sess_0123456789abcdef", "client_item": "item_mine"}}
+    truncate = {
+        "kind": "client",
+        "t": 1.0,
+        "commands": ["conversation.item.truncate"],
+        "frame": {
+            "type": "conversation.item.truncate",
+            "item_id": "item_aaaaaaaa00003",
+            "content_index": 0,
+            "note": "sess_0123456789abcdef",
+            "client_item": "item_mine",
+        },
+    }
     rebuilt = json.loads(rp.rebuild_frame(truncate, audio, ids.rewrite) or "")
     assert rebuilt["item_id"] == "item_bbbbbbbb00003"
     assert rebuilt["note"] == "sess_fedcba9876543210" and rebuilt["client_item"] == "item_mine"
-    append = {"kind": "client", "t": 0.0, "commands": ["input_audio_buffer.append"],
-              "frame": {"type": "input_audio_buffer.append", "audio": {"$audio": ref(200, 0)}}}
+    append = {
+        "kind": "client",
+        "t": 0.0,
+        "commands": ["input_audio_buffer.append"],
+        "frame": {"type": "input_audio_buffer.append", "audio": {"$audio": ref(200, 0)}},
+    }
     rebuilt = json.loads(rp.rebuild_frame(append, audio) or "")
     assert base64.b64decode(rebuilt["audio"]) == (samples[:100] * 32767).astype("<i2").tobytes()
-    assert rp.rebuild_frame({"kind": "client", "t": 0, "commands": [], "text": "not json"}, audio) == "not json"
-    assert rp.rebuild_frame({"kind": "client", "t": 0, "commands": [], "binary": {"$bytes": 3}}, audio) is None
+    assert (
+        rp.rebuild_frame({"kind": "client", "t": 0, "commands": [], "text": "not json"}, audio) == "not json"
+    )
+    assert (
+        rp.rebuild_frame({"kind": "client", "t": 0, "commands": [], "binary": {"$bytes": 3}}, audio) is None
+    )
 
 
 def test_reading_a_recording(tmp_path: Path) -> None:
@@ -169,7 +210,9 @@ def test_reading_a_recording(tmp_path: Path) -> None:
         rp.load_recording(tmp_path / "missing")
 
 
-def test_the_command_refuses_what_it_cannot_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_refuses_what_it_cannot_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["replay", str(tmp_path / "missing"), "--engine", "echo"]) == 2
     assert "cannot read" in capsys.readouterr().err
     (tmp_path / "events.jsonl").write_text(

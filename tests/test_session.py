@@ -117,7 +117,9 @@ def test_event_ack_is_answered_by_nothing_and_trims_the_resume_journal() -> None
     s = make(handshake=Handshake.DUPLEX)
     # No event back (DuplexClient acks every event: an answer would loop), but the journal
     # no longer keeps what the client has acknowledged, as vLLM-Omni's does not.
-    assert s.receive(cmd.SessionEventAck(server_event_seq=3), now=0) == [AcknowledgeEvents(server_event_seq=3)]
+    assert s.receive(cmd.SessionEventAck(server_event_seq=3), now=0) == [
+        AcknowledgeEvents(server_event_seq=3)
+    ]
 
 
 def test_resumed_event_names_the_new_token_and_the_socket_generation() -> None:
@@ -141,7 +143,9 @@ JPEG = "/9j/4AAQ"  # a JPEG signature, base64
 
 def test_video_frames_reach_an_engine_that_sees_with_their_audio() -> None:
     s = Session(
-        session_id="sess_1", capabilities=replace(CAPS, video_input=True), defaults=MANUAL,
+        session_id="sess_1",
+        capabilities=replace(CAPS, video_input=True),
+        defaults=MANUAL,
         handshake=Handshake.REALTIME,
     )
     out = s.receive(cmd.InputAudioAppend(audio=pcm(200), video_frames=(JPEG,)), now=0)
@@ -180,7 +184,9 @@ def test_video_frames_an_engine_does_not_use_cost_one_notice_never_the_audio() -
         ]
     # Pictures in messages are another kind of input: told of once, on their own.
     picture = "data:image/jpeg;base64," + JPEG
-    out = s.receive(cmd.ConversationItemCreate(item_id=None, role="user", text="hi", images=(picture,)), now=0)
+    out = s.receive(
+        cmd.ConversationItemCreate(item_id=None, role="user", text="hi", images=(picture,)), now=0
+    )
     assert types(out)[:2] == ["input.ignored", "AddItem"]
     assert out[0].input == "input_image"  # type: ignore[union-attr]
     assert out[1].images == () and out[1].text == "hi"  # type: ignore[union-attr]
@@ -203,7 +209,9 @@ def test_a_realtime_client_is_told_of_unused_pictures_only_if_it_asked() -> None
 
 def test_pictures_reach_an_engine_that_takes_them() -> None:
     s = Session(
-        session_id="sess_1", capabilities=replace(CAPS, image_input=True), defaults=MANUAL,
+        session_id="sess_1",
+        capabilities=replace(CAPS, image_input=True),
+        defaults=MANUAL,
         handshake=Handshake.REALTIME,
     )
     picture = "data:image/png;base64,iVBORw0K"
@@ -237,7 +245,10 @@ def test_manual_commit_and_empty_commit() -> None:
     assert s.input_processed(pcm(200), 200.0) == [AppendAudio(pcm=pcm(200))]
     out = s.receive(cmd.InputAudioCommit(), now=0)
     assert types(out) == [
-        "CommitInput", "input_audio_buffer.committed", "conversation.item.added", "conversation.item.done",
+        "CommitInput",
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "conversation.item.done",
     ]
     commit = out[0]
     assert isinstance(commit, CommitInput) and commit.response_id is None
@@ -343,7 +354,10 @@ def test_server_vad_turn_starts_with_prefix_padding_and_commits_after_silence() 
     # The engine hears of the pause first, so it can start on the turn before it ends.
     assert types(out).index("CallerPaused") < types(out).index("input_audio_buffer.speech_stopped")
     assert types(out)[-5:] == [
-        "CommitInput", "input_audio_buffer.committed", "conversation.item.added", "conversation.item.done",
+        "CommitInput",
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "conversation.item.done",
         "response.created",
     ]
     stopped = only(out, ev.SpeechStopped)[0]
@@ -389,7 +403,11 @@ def test_response_lifecycle_event_order() -> None:
     rid = out[0].response_id
     assert types(out) == ["StartResponse", "response.created"] and out[1].response_id == rid  # type: ignore[union-attr]
     out = start_response(s, rid)
-    assert types(out) == ["response.output_item.added", "conversation.item.added", "response.content_part.added"]
+    assert types(out) == [
+        "response.output_item.added",
+        "conversation.item.added",
+        "response.content_part.added",
+    ]
     assert types(audio(s, 40, rid)) == ["response.output_audio.delta"]
     assert types(s.engine_event(port.EngineTranscript(response_id=rid, delta="hi"))) == [
         "response.output_audio_transcript.delta"
@@ -427,7 +445,9 @@ def test_text_modality_response() -> None:
     out = start_response(s, rid)
     assert out[-1].part_type == "text"  # type: ignore[union-attr]
     assert audio(s, 20, rid) == []
-    assert types(s.engine_event(port.EngineText(response_id=rid, delta="hello"))) == ["response.output_text.delta"]
+    assert types(s.engine_event(port.EngineText(response_id=rid, delta="hello"))) == [
+        "response.output_text.delta"
+    ]
     out = s.engine_event(port.EngineResponseDone(response_id=rid))
     assert types(out)[0] == "response.output_text.done" and out[0].text == "hello"  # type: ignore[union-attr]
 
@@ -576,8 +596,14 @@ def test_item_create_retrieve_delete() -> None:
     assert types(out) == ["AddItem", "conversation.item.added", "conversation.item.done"]
     out = s.receive(cmd.ConversationItemRetrieve(item_id="i1"), now=0)
     assert out[0].item.text == "hello"  # type: ignore[union-attr]
-    assert types(s.receive(cmd.ConversationItemDelete(item_id="i1"), now=0)) == ["DeleteItem", "conversation.item.deleted"]
-    assert s.receive(cmd.ConversationItemDelete(item_id="i1"), now=0)[0].code is ErrorCode.ITEM_DELETE_INVALID_ITEM_ID  # type: ignore[union-attr]
+    assert types(s.receive(cmd.ConversationItemDelete(item_id="i1"), now=0)) == [
+        "DeleteItem",
+        "conversation.item.deleted",
+    ]
+    assert (
+        s.receive(cmd.ConversationItemDelete(item_id="i1"), now=0)[0].code
+        is ErrorCode.ITEM_DELETE_INVALID_ITEM_ID
+    )  # type: ignore[union-attr]
     dup = s.receive(cmd.ConversationItemCreate(item_id=None, role="robot", text="x"), now=0)
     assert dup[0].code is ErrorCode.INVALID_VALUE  # type: ignore[union-attr]
 
@@ -586,7 +612,10 @@ def test_item_history_is_bounded() -> None:
     s = make()
     for i in range(session_module.MAX_ITEMS + 10):
         s.receive(cmd.ConversationItemCreate(item_id=f"i{i}", role="user", text="x"), now=0)
-    assert s.receive(cmd.ConversationItemRetrieve(item_id="i0"), now=0)[0].code is ErrorCode.ITEM_RETRIEVE_INVALID_ITEM_ID  # type: ignore[union-attr]
+    assert (
+        s.receive(cmd.ConversationItemRetrieve(item_id="i0"), now=0)[0].code
+        is ErrorCode.ITEM_RETRIEVE_INVALID_ITEM_ID
+    )  # type: ignore[union-attr]
 
 
 # -- engine-side turns, transcripts, errors, close --------------------------------------
@@ -679,8 +708,10 @@ def test_session_updated_waits_for_the_engine_and_a_refusal_takes_the_update_bac
     assert types(accepted) == ["session.updated"] and accepted[0].config is update.config  # type: ignore[union-attr]
 
     # A refused update: an error naming the client's event, no session.updated, the old config back.
-    update2 = only(s.receive(cmd.SessionUpdate(session=SessionPatch(voice="alloy"), event_id="evt_2"), now=0),
-                   UpdateEngine)[0]
+    update2 = only(
+        s.receive(cmd.SessionUpdate(session=SessionPatch(voice="alloy"), event_id="evt_2"), now=0),
+        UpdateEngine,
+    )[0]
     assert s.config.voice == "alloy"
     out = s.engine_update_refused(update2, code="voice_update_after_audio_unsupported", message="no")
     (error,) = out
@@ -774,9 +805,15 @@ def test_caller_speech_interrupts_a_requested_reply() -> None:
 
 
 def test_second_turn_while_a_reply_is_requested_asks_for_no_second_reply() -> None:
-    s = make(SessionConfig(turn_detection=TurnDetection(
-        prefix_padding_ms=100, silence_duration_ms=200, interrupt_response=False,
-    )))
+    s = make(
+        SessionConfig(
+            turn_detection=TurnDetection(
+                prefix_padding_ms=100,
+                silence_duration_ms=200,
+                interrupt_response=False,
+            )
+        )
+    )
     rid = requested_by_vad_turn(s)
     feed(s, 640, 320, 0.95)
     out = feed(s, 960, 320, 0.01)
@@ -826,7 +863,9 @@ def test_deleting_a_replys_items_names_the_reply_and_the_call_to_the_engine() ->
     s = tool_session()
     rid = only(s.receive(cmd.ResponseCreate(), now=0), ev.ResponseCreated)[0].response_id
     start_response(s, rid)
-    out = s.engine_event(port.EngineFunctionCall(response_id=rid, call_id="c1", name="get_weather", arguments="{}"))
+    out = s.engine_event(
+        port.EngineFunctionCall(response_id=rid, call_id="c1", name="get_weather", arguments="{}")
+    )
     call_item = only(out, ev.FunctionCallArgumentsDone)[0].item_id
     message_item = only(audio(s, 20, rid), ev.OutputItemAdded)[0].item.id
     s.engine_event(port.EngineResponseDone(response_id=rid))
@@ -835,8 +874,12 @@ def test_deleting_a_replys_items_names_the_reply_and_the_call_to_the_engine() ->
     out = s.receive(cmd.ConversationItemDelete(item_id=message_item), now=1)
     assert only(out, DeleteItem) == [DeleteItem(item_id=message_item, response_id=rid, call_id=None)]
     # The client's own items are named by their ids alone.
-    s.receive(cmd.ConversationItemCreate(
-        item_id="out_1", role="tool", text="", kind="function_call_output", call_id="c1", output="{}"), now=2)
+    s.receive(
+        cmd.ConversationItemCreate(
+            item_id="out_1", role="tool", text="", kind="function_call_output", call_id="c1", output="{}"
+        ),
+        now=2,
+    )
     out = s.receive(cmd.ConversationItemDelete(item_id="out_1"), now=2)
     assert only(out, DeleteItem) == [DeleteItem(item_id="out_1")]
 
@@ -845,12 +888,18 @@ def test_item_create_honours_previous_item_id() -> None:
     s = make()
     s.receive(cmd.ConversationItemCreate(item_id="a", role="user", text="one"), now=0)
     s.receive(cmd.ConversationItemCreate(item_id="c", role="user", text="three"), now=0)
-    out = s.receive(cmd.ConversationItemCreate(item_id="b", role="user", text="two", previous_item_id="a"), now=0)
+    out = s.receive(
+        cmd.ConversationItemCreate(item_id="b", role="user", text="two", previous_item_id="a"), now=0
+    )
     assert out[0] == session_module.AddItem(item_id="b", role="user", text="two", previous_item_id="a")
     assert out[1].previous_item_id == "a"  # type: ignore[union-attr]
-    out = s.receive(cmd.ConversationItemCreate(item_id="z", role="system", text="zero", previous_item_id="root"), now=0)
+    out = s.receive(
+        cmd.ConversationItemCreate(item_id="z", role="system", text="zero", previous_item_id="root"), now=0
+    )
     assert out[1].previous_item_id is None  # type: ignore[union-attr]
-    out = s.receive(cmd.ConversationItemCreate(item_id="x", role="user", text="?", previous_item_id="nope"), now=0)
+    out = s.receive(
+        cmd.ConversationItemCreate(item_id="x", role="user", text="?", previous_item_id="nope"), now=0
+    )
     assert out[0].code is ErrorCode.ITEM_NOT_FOUND and out[0].param == "previous_item_id"  # type: ignore[union-attr]
     # A new item without placement still goes last, after "c".
     out = s.receive(cmd.ConversationItemCreate(item_id="d", role="user", text="four"), now=0)
@@ -876,7 +925,9 @@ def test_truncate_keeps_the_transcript_the_caller_heard() -> None:
     audio(s, 400)
     s.engine_event(port.EngineResponseDone(response_id="resp_1"))
     s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=300), now=0)
-    assert s.receive(cmd.ConversationItemRetrieve(item_id=item_id), now=0)[0].item.transcript == "Hello there."  # type: ignore[union-attr]
+    assert (
+        s.receive(cmd.ConversationItemRetrieve(item_id=item_id), now=0)[0].item.transcript == "Hello there."
+    )  # type: ignore[union-attr]
 
 
 def test_truncating_the_playing_reply_ends_it_with_the_heard_transcript() -> None:
@@ -924,7 +975,9 @@ def test_failed_recognition_is_reported_and_the_session_goes_on() -> None:
 
 # -- turn_detection.idle_timeout_ms ------------------------------------------------------
 
-IDLE = SessionConfig(turn_detection=TurnDetection(prefix_padding_ms=100, silence_duration_ms=200, idle_timeout_ms=2000))
+IDLE = SessionConfig(
+    turn_detection=TurnDetection(prefix_padding_ms=100, silence_duration_ms=200, idle_timeout_ms=2000)
+)
 
 
 def played_reply(s: Session, rid: str, *, at: float, audio_ms: int) -> None:
@@ -943,8 +996,11 @@ def test_idle_timeout_counts_from_the_end_of_playback_then_commits_and_replies()
     assert s.tick(13.4) == []
     out = s.tick(13.5)
     assert types(out)[:5] == [
-        "input_audio_buffer.timeout_triggered", "CommitInput", "input_audio_buffer.committed",
-        "conversation.item.added", "conversation.item.done",
+        "input_audio_buffer.timeout_triggered",
+        "CommitInput",
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "conversation.item.done",
     ]
     assert types(out)[-1] == "response.created"
     triggered = out[0]
@@ -978,7 +1034,9 @@ def test_idle_timeout_does_not_fire_over_a_reply_in_progress() -> None:
 
 # -- transcription sessions ------------------------------------------------------------------
 
-TRANSCRIBING_CAPS = port.EngineCapabilities(name="asr", input_rate=RATE, output_rate=RATE, input_transcription=True)
+TRANSCRIBING_CAPS = port.EngineCapabilities(
+    name="asr", input_rate=RATE, output_rate=RATE, input_transcription=True
+)
 TRANSCRIPTION = SessionConfig(
     kind=SessionKind.TRANSCRIPTION,
     turn_detection=TurnDetection(prefix_padding_ms=100, silence_duration_ms=200),
@@ -986,7 +1044,9 @@ TRANSCRIPTION = SessionConfig(
 
 
 def test_a_transcription_session_transcribes_turns_and_never_replies() -> None:
-    s = Session(session_id="t", capabilities=TRANSCRIBING_CAPS, defaults=TRANSCRIPTION, handshake=Handshake.REALTIME)
+    s = Session(
+        session_id="t", capabilities=TRANSCRIBING_CAPS, defaults=TRANSCRIPTION, handshake=Handshake.REALTIME
+    )
     assert types(s.start()) == ["session.created"]
     feed(s, 0, 320, 0.95)
     out = feed(s, 320, 320, 0.01)
@@ -996,9 +1056,16 @@ def test_a_transcription_session_transcribes_turns_and_never_replies() -> None:
     out = s.engine_event(port.EngineInputTranscript(item_id=commit.item_id, text="hello", final=True))
     assert types(out) == ["conversation.item.input_audio_transcription.completed"]
     feed(s, 640, 320, 0.95)  # the caller speaks again
-    for command in (cmd.ResponseCreate(event_id="r"), cmd.InputAudioCommit(create_response=True, event_id="r")):
+    for command in (
+        cmd.ResponseCreate(event_id="r"),
+        cmd.InputAudioCommit(create_response=True, event_id="r"),
+    ):
         error = s.receive(command, now=0)[0]
-        assert isinstance(error, ev.ErrorEvent) and error.code is ErrorCode.INVALID_EVENT and error.event_id == "r"
+        assert (
+            isinstance(error, ev.ErrorEvent)
+            and error.code is ErrorCode.INVALID_EVENT
+            and error.event_id == "r"
+        )
     # A plain commit is fine and asks for nothing.
     assert only(s.receive(cmd.InputAudioCommit(), now=0), CommitInput)[0].response_id is None
 
@@ -1132,7 +1199,8 @@ def test_text_into_a_live_turn_and_turn_signals_need_native_turn_taking() -> Non
     assert types(s.receive(cmd.InputTextAppend(text="book a table"), now=0)) == ["AppendText"]
     # Text alone is a turn to commit.
     assert types(s.receive(cmd.InputAudioCommit(create_response=True), now=0))[:2] == [
-        "CommitInput", "input_audio_buffer.committed"
+        "CommitInput",
+        "input_audio_buffer.committed",
     ]
     out = s.receive(cmd.TurnSignal(event="user_started", payload={"at_ms": 3}), now=0)
     assert types(out) == ["SignalTurn"] and out[0].payload == {"at_ms": 3}  # type: ignore[union-attr]
@@ -1149,11 +1217,19 @@ def test_chunk_hints_and_formats() -> None:
     s = make()
     same = s.receive(cmd.InputAudioAppend(audio=bytes(480), encoding=Encoding.PCM16, rate=RATE), now=0)
     assert same == [ProcessInput(audio=bytes(480))]
-    hinted = s.receive(cmd.InputAudioAppend(audio=bytes(160), encoding=Encoding.G711_ULAW, is_speech=False,
-                                            hints={"rms": 0.0}), now=0)
+    hinted = s.receive(
+        cmd.InputAudioAppend(
+            audio=bytes(160), encoding=Encoding.G711_ULAW, is_speech=False, hints={"rms": 0.0}
+        ),
+        now=0,
+    )
     assert hinted == [
-        ProcessInput(audio=bytes(160), format=AudioFormat(encoding=Encoding.G711_ULAW, rate=8_000), is_speech=False,
-                     hints={"rms": 0.0})
+        ProcessInput(
+            audio=bytes(160),
+            format=AudioFormat(encoding=Encoding.G711_ULAW, rate=8_000),
+            is_speech=False,
+            hints={"rms": 0.0},
+        )
     ]
     rate_only = s.receive(cmd.InputAudioAppend(audio=bytes(320), rate=16_000), now=0)
     assert rate_only[0].format == AudioFormat(encoding=Encoding.PCM16, rate=16_000)  # type: ignore[union-attr]
@@ -1179,9 +1255,16 @@ def test_latency_breakdown_from_speech_end_to_first_audio_with_the_engines_stage
     committed = only(out, ev.InputAudioCommitted)[0]
     stopped = only(out, ev.SpeechStopped)[0]
     start_response(s, created.response_id)
-    s.engine_event(port.EngineTimings(response_id=created.response_id, stages=(
-        ("recognition", 100.0), ("reply", 5.0), ("speech", 200.0),
-    )))
+    s.engine_event(
+        port.EngineTimings(
+            response_id=created.response_id,
+            stages=(
+                ("recognition", 100.0),
+                ("reply", 5.0),
+                ("speech", 200.0),
+            ),
+        )
+    )
     out = s.engine_event(port.EngineAudio(response_id=created.response_id, pcm=pcm(20)), now=100.4)
     latency = only(out, ev.TurnLatency)
     assert len(latency) == 1
@@ -1191,8 +1274,11 @@ def test_latency_breakdown_from_speech_end_to_first_audio_with_the_engines_stage
     detection = 640 - (stopped.audio_end_ms - 200)
     assert detection >= 200
     assert report.stages == (
-        ("turn_detection", pytest.approx(detection)), ("recognition", 100.0), ("reply", 5.0),
-        ("speech", 200.0), ("other", pytest.approx(95.0)),
+        ("turn_detection", pytest.approx(detection)),
+        ("recognition", 100.0),
+        ("reply", 5.0),
+        ("speech", 200.0),
+        ("other", pytest.approx(95.0)),
     )
     assert report.total_ms == pytest.approx(detection + 400.0)
     # Once per reply: later audio reports nothing more.
@@ -1233,14 +1319,17 @@ def test_the_host_gets_every_replys_latency_asked_or_not() -> None:
     s = make(MANUAL)
     created = only(s.receive(cmd.ResponseCreate(), now=5.0), ev.ResponseCreated)[0]
     start_response(s, created.response_id)
-    (report,) = only(s.engine_event(port.EngineAudio(response_id=created.response_id, pcm=pcm(20)), now=5.5),
-                     ReportLatency)
+    (report,) = only(
+        s.engine_event(port.EngineAudio(response_id=created.response_id, pcm=pcm(20)), now=5.5), ReportLatency
+    )
     assert report.first_audio_ms == pytest.approx(500.0) and report.speech_end_ms is None
 
 
 # -- function calling ---------------------------------------------------------------------
 
-TOOL_CAPS = replace(CAPS, tools=True, out_of_band=True, response_options=frozenset({"voice", "input", "tools"}))
+TOOL_CAPS = replace(
+    CAPS, tools=True, out_of_band=True, response_options=frozenset({"voice", "input", "tools"})
+)
 WEATHER = FunctionTool(name="get_weather", description="The weather in a city", parameters={"type": "object"})
 WITH_TOOLS = replace(MANUAL, tools=(WEATHER,))
 
@@ -1256,23 +1345,49 @@ def test_a_reply_that_calls_a_function_then_answers_with_its_output() -> None:
     assert only(out, StartResponse)[0].options == port.ResponseOptions(tools=(WEATHER,))
     # A reply that may call a function opens no message until it says something.
     assert start_response(s, rid) == []
-    out = s.engine_event(port.EngineFunctionCallDelta(response_id=rid, call_id="c1", name="get_weather", delta='{"ci'))
+    out = s.engine_event(
+        port.EngineFunctionCallDelta(response_id=rid, call_id="c1", name="get_weather", delta='{"ci')
+    )
     assert types(out) == [
-        "response.output_item.added", "conversation.item.added", "response.function_call_arguments.delta"]
+        "response.output_item.added",
+        "conversation.item.added",
+        "response.function_call_arguments.delta",
+    ]
     item_id = only(out, ev.OutputItemAdded)[0].item.id
-    s.engine_event(port.EngineFunctionCallDelta(response_id=rid, call_id="c1", name="get_weather", delta='ty": "Oslo"}'))
-    out = s.engine_event(port.EngineFunctionCall(
-        response_id=rid, call_id="c1", name="get_weather", arguments='{"city": "Oslo"}'))
+    s.engine_event(
+        port.EngineFunctionCallDelta(response_id=rid, call_id="c1", name="get_weather", delta='ty": "Oslo"}')
+    )
+    out = s.engine_event(
+        port.EngineFunctionCall(
+            response_id=rid, call_id="c1", name="get_weather", arguments='{"city": "Oslo"}'
+        )
+    )
     assert types(out) == [
-        "response.function_call_arguments.done", "response.output_item.done", "conversation.item.done"]
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "conversation.item.done",
+    ]
     done_args = only(out, ev.FunctionCallArgumentsDone)[0]
-    assert (done_args.item_id, done_args.arguments, done_args.name) == (item_id, '{"city": "Oslo"}', "get_weather")
+    assert (done_args.item_id, done_args.arguments, done_args.name) == (
+        item_id,
+        '{"city": "Oslo"}',
+        "get_weather",
+    )
     out = s.engine_event(port.EngineResponseDone(response_id=rid))
     (done,) = only(out, ev.ResponseDone)
     assert [(i.kind, i.status, i.call_id) for i in done.output] == [("function_call", "completed", "c1")]
     # The client runs the function and returns its output; the next reply can use it.
-    out = s.receive(cmd.ConversationItemCreate(
-        item_id=None, role="tool", text="", kind="function_call_output", call_id="c1", output='{"temp": 3}'), now=1)
+    out = s.receive(
+        cmd.ConversationItemCreate(
+            item_id=None,
+            role="tool",
+            text="",
+            kind="function_call_output",
+            call_id="c1",
+            output='{"temp": 3}',
+        ),
+        now=1,
+    )
     assert types(out) == ["AddFunctionOutput", "conversation.item.added", "conversation.item.done"]
     added = only(out, ev.ConversationItemAdded)[0]
     assert added.previous_item_id == item_id and added.item.output == '{"temp": 3}'
@@ -1291,41 +1406,62 @@ def test_a_call_cut_short_is_closed_incomplete_and_a_message_after_a_call_is_out
     out = audio(s, 20, rid)
     assert only(out, ev.OutputItemAdded)[0].output_index == 1
     assert only(out, ev.AudioDelta)[0].output_index == 1
-    s.engine_event(port.EngineFunctionCallDelta(response_id=rid, call_id="c2", name="get_weather", delta='{"c'))
+    s.engine_event(
+        port.EngineFunctionCallDelta(response_id=rid, call_id="c2", name="get_weather", delta='{"c')
+    )
     out = s.receive(cmd.ResponseCancel(), now=1)
     cut = only(out, ev.FunctionCallArgumentsDone)
     assert [(c.call_id, c.arguments) for c in cut] == [("c2", '{"c')]
     (done,) = only(out, ev.ResponseDone)
     assert [(i.kind, i.status) for i in done.output] == [
-        ("function_call", "completed"), ("message", "incomplete"), ("function_call", "incomplete")]
+        ("function_call", "completed"),
+        ("message", "incomplete"),
+        ("function_call", "incomplete"),
+    ]
     # Nothing of the cancelled reply gets through afterwards.
-    assert s.engine_event(port.EngineFunctionCall(response_id=rid, call_id="c3", name="x", arguments="{}")) == []
+    assert (
+        s.engine_event(port.EngineFunctionCall(response_id=rid, call_id="c3", name="x", arguments="{}")) == []
+    )
 
 
 def test_tool_choice_required_is_refused_by_an_engine_without_tools() -> None:
     s = make(MANUAL)
-    out = s.receive(cmd.SessionUpdate(session=SessionPatch(
-        tools=(WEATHER,), tool_choice=ToolChoice(mode=ToolChoiceMode.REQUIRED))), now=0)
+    out = s.receive(
+        cmd.SessionUpdate(
+            session=SessionPatch(tools=(WEATHER,), tool_choice=ToolChoice(mode=ToolChoiceMode.REQUIRED))
+        ),
+        now=0,
+    )
     (error,) = only(out, ev.ErrorEvent)
     assert error.code is ErrorCode.UNSUPPORTED_BY_ENGINE and error.param == "session.tool_choice"
-    out = s.receive(cmd.ResponseCreate(tools=(WEATHER,), tool_choice=ToolChoice(
-        mode=ToolChoiceMode.REQUIRED, function="get_weather")), now=0)
+    out = s.receive(
+        cmd.ResponseCreate(
+            tools=(WEATHER,), tool_choice=ToolChoice(mode=ToolChoiceMode.REQUIRED, function="get_weather")
+        ),
+        now=0,
+    )
     assert only(out, ev.ErrorEvent)[0].param == "response.tool_choice"
     # A named function that is not offered is the client's mistake, on any engine.
-    out = tool_session().receive(cmd.ResponseCreate(tool_choice=ToolChoice(
-        mode=ToolChoiceMode.REQUIRED, function="nope")), now=0)
+    out = tool_session().receive(
+        cmd.ResponseCreate(tool_choice=ToolChoice(mode=ToolChoiceMode.REQUIRED, function="nope")), now=0
+    )
     assert only(out, ev.ErrorEvent)[0].code is ErrorCode.INVALID_VALUE
     # Tools offered with "auto" are accepted: capabilities tell the client the engine calls none.
     assert only(s.receive(cmd.ResponseCreate(tools=(WEATHER,)), now=0), ev.ResponseCreated)
 
 
-@pytest.mark.parametrize(("command", "param"), [
-    (cmd.ResponseCreate(voice="other"), "response.audio.output.voice"),
-    (cmd.ResponseCreate(max_output_tokens=10), "response.max_output_tokens"),
-    (cmd.ResponseCreate(out_of_band=True), "response.conversation"),
-    (cmd.ResponseCreate(input=()), "response.input"),
-])
-def test_reply_options_the_engine_cannot_honour_are_refused_by_name(command: cmd.ResponseCreate, param: str) -> None:
+@pytest.mark.parametrize(
+    ("command", "param"),
+    [
+        (cmd.ResponseCreate(voice="other"), "response.audio.output.voice"),
+        (cmd.ResponseCreate(max_output_tokens=10), "response.max_output_tokens"),
+        (cmd.ResponseCreate(out_of_band=True), "response.conversation"),
+        (cmd.ResponseCreate(input=()), "response.input"),
+    ],
+)
+def test_reply_options_the_engine_cannot_honour_are_refused_by_name(
+    command: cmd.ResponseCreate, param: str
+) -> None:
     (error,) = only(make(MANUAL).receive(command, now=0), ev.ErrorEvent)
     assert error.code is ErrorCode.UNSUPPORTED_BY_ENGINE and error.param == param
 
@@ -1335,8 +1471,14 @@ def test_an_out_of_band_reply_runs_beside_the_conversations_and_stays_out_of_it(
     main = only(s.receive(cmd.ResponseCreate(), now=0), ev.ResponseCreated)[0].response_id
     start_response(s, main)
     audio(s, 20, main)
-    out = s.receive(cmd.ResponseCreate(out_of_band=True, metadata={"job": "classify"}, input=(
-        cmd.ItemSpec(kind="item_reference", item_id="nope"),)), now=1)
+    out = s.receive(
+        cmd.ResponseCreate(
+            out_of_band=True,
+            metadata={"job": "classify"},
+            input=(cmd.ItemSpec(kind="item_reference", item_id="nope"),),
+        ),
+        now=1,
+    )
     assert only(out, ev.ErrorEvent)[0].code is ErrorCode.ITEM_NOT_FOUND
     out = s.receive(cmd.ResponseCreate(out_of_band=True, metadata={"job": "classify"}), now=1)
     created = only(out, ev.ResponseCreated)[0]
@@ -1351,7 +1493,11 @@ def test_an_out_of_band_reply_runs_beside_the_conversations_and_stays_out_of_it(
     assert [d.response_id for d in only(out, ev.ResponseDone)] == [main]
     out = s.engine_event(port.EngineResponseDone(response_id=side))
     (done,) = only(out, ev.ResponseDone)
-    assert done.out_of_band and done.metadata == {"job": "classify"} and "conversation.item.done" not in types(out)
+    assert (
+        done.out_of_band
+        and done.metadata == {"job": "classify"}
+        and "conversation.item.done" not in types(out)
+    )
     assert all(record.response_id != side for record in s._items.values())
 
 

@@ -15,7 +15,9 @@ def value(metrics: GatewayMetrics, name: str, **labels: str) -> float | None:
 
 
 def report(first_audio_ms: float, speech_end_ms: float | None) -> ReportLatency:
-    latency = ev.TurnLatency(response_id="r", item_id=None, total_ms=speech_end_ms or first_audio_ms, stages=())
+    latency = ev.TurnLatency(
+        response_id="r", item_id=None, total_ms=speech_end_ms or first_audio_ms, stages=()
+    )
     return ReportLatency(latency=latency, first_audio_ms=first_audio_ms, speech_end_ms=speech_end_ms)
 
 
@@ -78,12 +80,22 @@ def test_summary_fields_and_sentence() -> None:
     stats.written(100)
     label = stats.ended("server_shutdown", 1001, "realtime")
     stats.released()
-    summary = stats.summary(now=12.5, session_id="sess_1", reason=label, code=1001, dialect="realtime", engine="echo")
+    summary = stats.summary(
+        now=12.5, session_id="sess_1", reason=label, code=1001, dialect="realtime", engine="echo"
+    )
     assert summary["duration_s"] == 2.5 and summary["bytes_in"] == 25 and summary["bytes_out"] == 100
     assert summary["first_audio_ms"] == {"count": 3, "min": 200.0, "median": 300.0, "max": 400.0}
-    assert summary["speech_end_to_first_audio_ms"] == {"count": 2, "min": 700.0, "median": 750.0, "max": 800.0}
+    assert summary["speech_end_to_first_audio_ms"] == {
+        "count": 2,
+        "min": 700.0,
+        "median": 750.0,
+        "max": 800.0,
+    }
     assert summary["close_reason"] == "server_shutdown" and summary["close_code"] == 1001
-    assert value(m, "duplex_gateway_sessions_total", dialect="realtime", engine="echo", reason="server_shutdown") == 1
+    assert (
+        value(m, "duplex_gateway_sessions_total", dialect="realtime", engine="echo", reason="server_shutdown")
+        == 1
+    )
     assert value(m, "duplex_gateway_sessions_active", dialect="realtime", engine="echo") == 0
     assert value(m, "duplex_gateway_first_audio_seconds_count", engine="echo") == 3
     assert value(m, "duplex_gateway_speech_end_to_first_audio_seconds_count", engine="echo") == 2
@@ -95,8 +107,13 @@ def test_a_refused_session_is_counted_under_its_dialect() -> None:
     m = GatewayMetrics("echo")
     stats = SessionStats(m, started_at=0.0)
     assert stats.ended("session_limit", 1013, "duplex") == "session_limit"
-    assert value(m, "duplex_gateway_sessions_total", dialect="duplex", engine="echo", reason="session_limit") == 1
-    summary = stats.summary(now=0.0, session_id="s", reason="session_limit", code=1013, dialect="duplex", engine="e")
+    assert (
+        value(m, "duplex_gateway_sessions_total", dialect="duplex", engine="echo", reason="session_limit")
+        == 1
+    )
+    summary = stats.summary(
+        now=0.0, session_id="s", reason="session_limit", code=1013, dialect="duplex", engine="e"
+    )
     assert summary["first_audio_ms"] is None and "no audio" in describe(summary)
 
 

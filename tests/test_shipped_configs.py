@@ -13,8 +13,14 @@ CONFIGS = sorted((Path(__file__).resolve().parent.parent / "configs").glob("*.ya
 
 def test_configs_are_shipped() -> None:
     names = {path.name for path in CONFIGS}
-    assert {"default.yaml", "minicpmo-4.5.yaml", "qwen3-omni-duplex.yaml", "qwen3-omni-turn.yaml",
-            "qwen2.5-omni-turn.yaml", "nemotron-voicechat.yaml"} <= names
+    assert {
+        "default.yaml",
+        "minicpmo-4.5.yaml",
+        "qwen3-omni-duplex.yaml",
+        "qwen3-omni-turn.yaml",
+        "qwen2.5-omni-turn.yaml",
+        "nemotron-voicechat.yaml",
+    } <= names
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)

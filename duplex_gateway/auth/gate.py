@@ -232,7 +232,10 @@ class Gate:
                 if not key.for_engine(self.engine):
                     return self._other_engine(key.name)
                 return Principal(
-                    kind=PrincipalKind.KEY, name=key.name, scopes=key.scopes, max_sessions=key.max_sessions,
+                    kind=PrincipalKind.KEY,
+                    name=key.name,
+                    scopes=key.scopes,
+                    max_sessions=key.max_sessions,
                     record=key.record,
                 )
         if not self.keys.enabled:

@@ -126,7 +126,13 @@ class SimulatedCaller:
 
         plan = self.plan
         self._ws = await asyncio.wait_for(
-            connect(plan.url, open_timeout=plan.connect_timeout_s, max_size=None, ping_interval=None, compression=None),
+            connect(
+                plan.url,
+                open_timeout=plan.connect_timeout_s,
+                max_size=None,
+                ping_interval=None,
+                compression=None,
+            ),
             plan.connect_timeout_s,
         )
         self._handshake = asyncio.get_running_loop().create_future()
@@ -144,7 +150,10 @@ class SimulatedCaller:
                 "input_audio_format": "pcm16",
                 "output_audio_format": "pcm16",
                 "sample_rate_hz": plan.audio.rate,
-                "audio": {"input": {"sample_rate_hz": plan.audio.rate}, "output": {"sample_rate_hz": _OUTPUT_RATE}},
+                "audio": {
+                    "input": {"sample_rate_hz": plan.audio.rate},
+                    "output": {"sample_rate_hz": _OUTPUT_RATE},
+                },
                 "turn_detection": vad,
                 "extra_body": {"auto_response": False},
             }
@@ -195,7 +204,11 @@ class SimulatedCaller:
             self._on_done(str(response.get("id")), str(response.get("status")), now)
         elif kind == "input_audio_buffer.speech_started":
             answer = self._answer
-            if answer is not None and answer.response_id not in self._finished and answer.interrupted_at is None:
+            if (
+                answer is not None
+                and answer.response_id not in self._finished
+                and answer.interrupted_at is None
+            ):
                 answer.interrupted_at = now
         elif kind == "error":
             error = event.get("error") or {}
@@ -364,7 +377,9 @@ class SimulatedCaller:
         if self.plan.wire == "vllm-omni" and answer is not None:
             # vLLM-Omni answers the next turn only once the last reply is reported as played.
             played_ms = answer.audio_bytes * 1000 // (2 * _OUTPUT_RATE)
-            await self._send({"type": "playback.ack", "response_id": answer.response_id, "played_ms": played_ms})
+            await self._send(
+                {"type": "playback.ack", "response_id": answer.response_id, "played_ms": played_ms}
+            )
 
     async def _send(self, event: dict[str, Any]) -> None:
         await self._ws.send(json.dumps(event))

@@ -23,30 +23,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     names = ", ".join(t.name for t in default_targets())
     parser.add_argument("--targets", help=f"comma-separated targets to run (default: all of {names})")
     parser.add_argument(
-        "--levels", action="append", default=[], metavar="TARGET=N,N,...",
+        "--levels",
+        action="append",
+        default=[],
+        metavar="TARGET=N,N,...",
         help="concurrency levels of one target, e.g. gateway-echo=1,50 (repeatable)",
     )
-    parser.add_argument("--duration", type=float, help="seconds of talk per level (default: per target, 8-20 s)")
+    parser.add_argument(
+        "--duration", type=float, help="seconds of talk per level (default: per target, 8-20 s)"
+    )
     parser.add_argument("--turn-ms", type=int, default=1000, help="audio per committed turn (default 1000)")
-    parser.add_argument("--barge-in", type=float, default=0.2, help="share of replies interrupted (default 0.2)")
-    parser.add_argument("--audio", choices=("speech", "tone"), default="speech",
-                        help="what callers say on committed turns (server-VAD turns are always speech)")
-    parser.add_argument("--speech", type=Path, help="WAV file the callers speak (default: the test recording)")
+    parser.add_argument(
+        "--barge-in", type=float, default=0.2, help="share of replies interrupted (default 0.2)"
+    )
+    parser.add_argument(
+        "--audio",
+        choices=("speech", "tone"),
+        default="speech",
+        help="what callers say on committed turns (server-VAD turns are always speech)",
+    )
+    parser.add_argument(
+        "--speech", type=Path, help="WAV file the callers speak (default: the test recording)"
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of the callers' random choices")
     parser.add_argument("--json", type=Path, help="write the results as JSON here")
-    parser.add_argument("--report", type=Path, help="write the markdown report here (e.g. docs/benchmarks.md)")
+    parser.add_argument(
+        "--report", type=Path, help="write the markdown report here (e.g. docs/benchmarks.md)"
+    )
     parser.add_argument("--plots", type=Path, help="write the PNG plots into this folder (needs matplotlib)")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     parser.add_argument(
-        "--analysis", type=Path,
+        "--analysis",
+        type=Path,
         help="markdown file included in the report after the goals (why a goal is missed, with the profile)",
     )
     parser.add_argument(
-        "--fail-on-errors", action="store_true",
+        "--fail-on-errors",
+        action="store_true",
         help="exit 1 when any level saw an error (the report marks such levels either way)",
     )
     parser.add_argument(
-        "--rerender", type=Path, metavar="JSON",
+        "--rerender",
+        type=Path,
+        metavar="JSON",
         help="measure nothing: write the report (and plots) from the results of an earlier run",
     )
 
@@ -63,7 +82,9 @@ def _targets(args: argparse.Namespace) -> list[Target]:
     chosen = [n.strip() for n in args.targets.split(",") if n.strip()]
     unknown = [n for n in chosen if n not in targets]
     if unknown:
-        raise SystemExit(f"duplex-gateway bench: unknown target(s) {', '.join(unknown)} (targets: {', '.join(targets)})")
+        raise SystemExit(
+            f"duplex-gateway bench: unknown target(s) {', '.join(unknown)} (targets: {', '.join(targets)})"
+        )
     return [targets[n] for n in chosen]
 
 
@@ -80,10 +101,17 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
     from duplex_gateway.bench.report import machine, render
 
     options = RunOptions(
-        duration_s=args.duration, turn_ms=args.turn_ms, barge_in=args.barge_in, audio=args.audio,
-        speech=args.speech, seed=args.seed, progress=not args.quiet,
+        duration_s=args.duration,
+        turn_ms=args.turn_ms,
+        barge_in=args.barge_in,
+        audio=args.audio,
+        speech=args.speech,
+        seed=args.seed,
+        progress=not args.quiet,
     )
-    command = "duplex-gateway bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[2:]))
+    command = "duplex-gateway bench " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[2:])
+    )
     if args.rerender is not None:
         data = json.loads(args.rerender.read_text(encoding="utf-8"))
     else:
@@ -99,7 +127,9 @@ def main(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     analysis = args.analysis.read_text(encoding="utf-8") if args.analysis is not None else None
-    text = render(data, plots=plots, relative_to=args.report.parent if args.report else None, analysis=analysis)
+    text = render(
+        data, plots=plots, relative_to=args.report.parent if args.report else None, analysis=analysis
+    )
     if args.report is not None:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(text, encoding="utf-8")

@@ -68,8 +68,13 @@ def write_plots(data: dict[str, Any], folder: Path) -> list[Path]:
                 continue
             xs = [r["callers"] for r in rows]
             line = ax.plot(xs, [r["first_audio_ms"]["p50"] for r in rows], "o-", label=f"{name} p50")[0]
-            ax.plot(xs, [r["first_audio_ms"]["p99"] for r in rows], "s:", color=line.get_color(),
-                    label=f"{name} p99")
+            ax.plot(
+                xs,
+                [r["first_audio_ms"]["p99"] for r in rows],
+                "s:",
+                color=line.get_color(),
+                label=f"{name} p99",
+            )
         ax.set_yscale("log")
         ax.set_xlabel("concurrent callers")
         ax.set_ylabel("first audio (ms, log)")

@@ -102,15 +102,27 @@ def _flags(*results: Result) -> str:
 
 _DETAIL_COLUMNS: list[tuple[str, Callable[[Result], str]]] = [
     ("callers", lambda r: f"{r['callers']}{_flags(r)}"),
-    ("turns (done / cancelled / timed out)",
-     lambda r: f"{r['turns']} ({r['replies_completed']} / {r['replies_cancelled']} / {r['turn_timeouts']})"),
-    ("first audio p50 / p95 / p99 / max (ms)",
-     lambda r: " / ".join(_fmt(r["first_audio_ms"][k]) for k in ("p50", "p95", "p99", "max"))),
-    ("chunk gap p50 / p99 / max (ms)",
-     lambda r: " / ".join(_fmt(r["chunk_gap_ms"][k]) for k in ("p50", "p99", "max"))),
-    ("barge-in cut-off p50 / p99 (ms), n",
-     lambda r: f"{_fmt(r['barge_in_cutoff_ms']['p50'])} / {_fmt(r['barge_in_cutoff_ms']['p99'])}, "
-     f"{r['barge_in_cutoff_ms']['n']}"),
+    (
+        "turns (done / cancelled / timed out)",
+        lambda r: (
+            f"{r['turns']} ({r['replies_completed']} / {r['replies_cancelled']} / {r['turn_timeouts']})"
+        ),
+    ),
+    (
+        "first audio p50 / p95 / p99 / max (ms)",
+        lambda r: " / ".join(_fmt(r["first_audio_ms"][k]) for k in ("p50", "p95", "p99", "max")),
+    ),
+    (
+        "chunk gap p50 / p99 / max (ms)",
+        lambda r: " / ".join(_fmt(r["chunk_gap_ms"][k]) for k in ("p50", "p99", "max")),
+    ),
+    (
+        "barge-in cut-off p50 / p99 (ms), n",
+        lambda r: (
+            f"{_fmt(r['barge_in_cutoff_ms']['p50'])} / {_fmt(r['barge_in_cutoff_ms']['p99'])}, "
+            f"{r['barge_in_cutoff_ms']['n']}"
+        ),
+    ),
     ("replies with bytes after done", lambda r: f"{r['stale_replies']} ({r['stale_bytes']} B)"),
     ("cancels after the reply ended", lambda r: str(r.get("late_cancels", 0))),
     ("errors", lambda r: ", ".join(f"{k} {v}" for k, v in sorted(r["errors"].items())) or "0"),
@@ -124,14 +136,23 @@ _DETAIL_COLUMNS: list[tuple[str, Callable[[Result], str]]] = [
 
 
 def _detail_table(results: Sequence[Result]) -> list[str]:
-    rows = ["| " + " | ".join(name for name, _ in _DETAIL_COLUMNS) + " |",
-            "|" + "---:|" * len(_DETAIL_COLUMNS)]
+    rows = [
+        "| " + " | ".join(name for name, _ in _DETAIL_COLUMNS) + " |",
+        "|" + "---:|" * len(_DETAIL_COLUMNS),
+    ]
     rows += ["| " + " | ".join(cell(r) for _, cell in _DETAIL_COLUMNS) + " |" for r in results]
     return rows
 
 
 #: The goals of the capacity work, checked against each run: (what, target, level, check).
-GOALS: list[tuple[str, str, int | None, Callable[[dict[tuple[str, int], Result], str, int | None], tuple[str, bool | None]]]] = []
+GOALS: list[
+    tuple[
+        str,
+        str,
+        int | None,
+        Callable[[dict[tuple[str, int], Result], str, int | None], tuple[str, bool | None]],
+    ]
+] = []
 
 
 def _goal(what: str, target: str, level: int | None) -> Callable[[Any], Any]:
@@ -147,8 +168,12 @@ def _get(by: dict[tuple[str, int], Result], target: str, level: int | None) -> R
 
 
 for _n in (8, 32):
-    @_goal(f"first audio p50 with engine vllm-omni ≤ 0.8× vLLM-Omni's server, {_n} sessions",
-           "gateway-vllm-omni", _n)
+
+    @_goal(
+        f"first audio p50 with engine vllm-omni ≤ 0.8× vLLM-Omni's server, {_n} sessions",
+        "gateway-vllm-omni",
+        _n,
+    )
     def _omni(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple[str, bool | None]:
         a, b = _get(by, t, n), _get(by, "omni-server", n)
         if a is None or b is None or not a["first_audio_ms"]["p50"] or not b["first_audio_ms"]["p50"]:
@@ -158,8 +183,11 @@ for _n in (8, 32):
 
 
 for _n, _limit in ((100, 50.0), (150, 100.0)):
+
     @_goal(f"engine echo, {_n} callers: first audio p99 ≤ {_limit:.0f} ms", "gateway-echo", _n)
-    def _echo(by: dict[tuple[str, int], Result], t: str, n: int | None, _limit: float = _limit) -> tuple[str, bool | None]:
+    def _echo(
+        by: dict[tuple[str, int], Result], t: str, n: int | None, _limit: float = _limit
+    ) -> tuple[str, bool | None]:
         a = _get(by, t, n)
         if a is None or a["first_audio_ms"]["p99"] is None:
             return "not measured", None
@@ -183,8 +211,10 @@ def _barge(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple[st
     worst = max(rows, key=lambda r: r["barge_in_cutoff_ms"]["p99"] or 0.0)
     stale = sum(r["stale_replies"] for (name, _), r in by.items() if name.startswith("gateway-"))
     p99 = worst["barge_in_cutoff_ms"]["p99"] or 0.0
-    return (f"worst p99 {p99:.1f} ms ({worst['target']} ×{worst['callers']}), {stale} replies with late bytes",
-            p99 <= 10.0 and stale == 0)
+    return (
+        f"worst p99 {p99:.1f} ms ({worst['target']} ×{worst['callers']}), {stale} replies with late bytes",
+        p99 <= 10.0 and stale == 0,
+    )
 
 
 @_goal("engine embedded, 4 callers: end of speech → first audio p50 ≤ 1.5 s", "gateway-embedded", 4)
@@ -196,8 +226,11 @@ def _embedded(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple
 
 
 for _t, _n, _kb in (("gateway-echo", 150, 100.0), ("gateway-embedded", 4, 10240.0)):
+
     @_goal(f"{_t}: RSS per connected session ≤ {_kb:.0f} KB", _t, _n)
-    def _rss(by: dict[tuple[str, int], Result], t: str, n: int | None, _kb: float = _kb) -> tuple[str, bool | None]:
+    def _rss(
+        by: dict[tuple[str, int], Result], t: str, n: int | None, _kb: float = _kb
+    ) -> tuple[str, bool | None]:
         a = _get(by, t, n)
         if a is None:
             return "not measured", None
@@ -214,7 +247,11 @@ def _goals_table(data: dict[str, Any]) -> list[str]:
 
 
 def render(
-    data: dict[str, Any], *, plots: Sequence[Path] = (), relative_to: Path | None = None, analysis: str | None = None
+    data: dict[str, Any],
+    *,
+    plots: Sequence[Path] = (),
+    relative_to: Path | None = None,
+    analysis: str | None = None,
 ) -> str:
     """The report as markdown; ``analysis`` (markdown) follows the goals: why a missed goal is missed."""
     m = data.get("machine", {})
@@ -258,11 +295,22 @@ def render(
         results = [r for r in data["results"] if r["target"] == name]
         if not results:
             continue
-        how = ("client commit + response.create every turn" if t["turn_end"] == "commit"
-               else "real speech, server VAD ends each turn")
-        out += [f"### `{name}`: {t['title']}", "", f"{how}; {t['wire']} client; input {t['input_rate']} Hz.", "",
-                *_detail_table(results), ""]
-    out += [_EXPLAINED.format(turn_ms=data["options"]["turn_ms"], barge=int(data["options"]["barge_in"] * 100))]
+        how = (
+            "client commit + response.create every turn"
+            if t["turn_end"] == "commit"
+            else "real speech, server VAD ends each turn"
+        )
+        out += [
+            f"### `{name}`: {t['title']}",
+            "",
+            f"{how}; {t['wire']} client; input {t['input_rate']} Hz.",
+            "",
+            *_detail_table(results),
+            "",
+        ]
+    out += [
+        _EXPLAINED.format(turn_ms=data["options"]["turn_ms"], barge=int(data["options"]["barge_in"] * 100))
+    ]
     return "\n".join(out)
 
 

@@ -79,15 +79,29 @@ def _merge(stats: Sequence[CallerStats]) -> CallerStats:
     for s in stats:
         for name in ("first_audio_ms", "gaps_ms", "cutoff_ms", "send_lag_ms"):
             getattr(total, name).extend(getattr(s, name))
-        for name in ("frames", "late_frames", "turns", "completed", "cancelled", "barge_ins", "timeouts",
-                     "stale_replies", "stale_bytes", "late_cancels"):
+        for name in (
+            "frames",
+            "late_frames",
+            "turns",
+            "completed",
+            "cancelled",
+            "barge_ins",
+            "timeouts",
+            "stale_replies",
+            "stale_bytes",
+            "late_cancels",
+        ):
             setattr(total, name, getattr(total, name) + getattr(s, name))
         total.errors.update(s.errors)
     return total
 
 
 async def run_level(
-    server: RunningServer, audio: CallerAudio, callers: int, duration_s: float, options: RunOptions,
+    server: RunningServer,
+    audio: CallerAudio,
+    callers: int,
+    duration_s: float,
+    options: RunOptions,
     progress: Progress,
 ) -> dict[str, Any]:
     """``callers`` callers against ``server`` for ``duration_s``; the level's result."""
@@ -95,7 +109,11 @@ async def run_level(
     probe = ProcessProbe(server.proc.pid)
     rng = random.Random(f"{options.seed}:{target.name}:{callers}")
     plan = CallerPlan(
-        url=server.ws_url, wire=target.wire, turn_end=target.turn_end, audio=audio, turn_ms=options.turn_ms,
+        url=server.ws_url,
+        wire=target.wire,
+        turn_end=target.turn_end,
+        audio=audio,
+        turn_ms=options.turn_ms,
         barge_in=options.barge_in,
     )
     lag = LoopLag()
@@ -119,7 +137,9 @@ async def run_level(
     spread_s = options.turn_ms / 1000.0 * 2 if target.turn_end == "commit" else 2.0
     cpu_before, wall_before = probe.cpu_seconds(), loop.time()
     stop_at = wall_before + duration_s
-    talks = [asyncio.create_task(c.talk(start_in_s=rng.uniform(0, spread_s), stop_at=stop_at)) for c in connected]
+    talks = [
+        asyncio.create_task(c.talk(start_in_s=rng.uniform(0, spread_s), stop_at=stop_at)) for c in connected
+    ]
     while not all(t.done() for t in talks):
         await asyncio.wait(talks, timeout=0.5)
         turns = sum(c.stats.turns for c in connected)
@@ -201,7 +221,8 @@ async def run_all(targets: Sequence[Target], options: RunOptions) -> dict[str, A
         for target in targets:
             if target.input_rate not in audio_cache:
                 audio_cache[target.input_rate] = load_caller_audio(
-                    target.input_rate, kind=options.audio if target.turn_end == "commit" else "speech",
+                    target.input_rate,
+                    kind=options.audio if target.turn_end == "commit" else "speech",
                     path=options.speech,
                 )
             audio = audio_cache[target.input_rate]
@@ -223,15 +244,25 @@ async def run_all(targets: Sequence[Target], options: RunOptions) -> dict[str, A
                     progress.note("\n".join(reason.splitlines()[1:][-10:]))
     return {
         "targets": [
-            {"name": t.name, "title": t.title, "peer": t.peer, "turn_end": t.turn_end, "wire": t.wire,
-             "input_rate": t.input_rate, "levels": list(t.levels)}
+            {
+                "name": t.name,
+                "title": t.title,
+                "peer": t.peer,
+                "turn_end": t.turn_end,
+                "wire": t.wire,
+                "input_rate": t.input_rate,
+                "levels": list(t.levels),
+            }
             for t in targets
         ],
         "skipped": skipped,
         "results": results,
         "wall_s": round(time.monotonic() - started, 1),
         "options": {
-            "duration_s": options.duration_s, "turn_ms": options.turn_ms, "barge_in": options.barge_in,
-            "audio": options.audio, "seed": options.seed,
+            "duration_s": options.duration_s,
+            "turn_ms": options.turn_ms,
+            "barge_in": options.barge_in,
+            "audio": options.audio,
+            "seed": options.seed,
         },
     }

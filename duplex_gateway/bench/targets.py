@@ -70,16 +70,63 @@ def default_targets() -> list[Target]:
     many = (1, 64, 100, 150)
     omni_levels = (1, 8, 32)
     return [
-        Target("floor", "bare websockets server (floor)", "realtime", "commit", 24_000, many, 8.0,
-               ready_path="/healthz"),
-        Target("gateway-echo", "gateway, engine echo", "realtime", "commit", 24_000, many, 8.0, peer="floor",
-               engine="echo"),
-        Target("omni-server", "vLLM-Omni 0.30 server, fake stage", "vllm-omni", "commit", 16_000, omni_levels,
-               8.0, ready_path="/health", ready_timeout_s=240.0, omni=True),
-        Target("gateway-vllm-omni", "gateway, engine vllm-omni, fake stage", "realtime", "commit", 16_000,
-               omni_levels, 8.0, peer="omni-server", ready_timeout_s=240.0, engine="vllm-omni", omni=True),
-        Target("gateway-embedded", "gateway, engine embedded", "realtime", "vad", 24_000, (1, 4), 20.0,
-               ready_timeout_s=180.0, engine="embedded"),
+        Target(
+            "floor",
+            "bare websockets server (floor)",
+            "realtime",
+            "commit",
+            24_000,
+            many,
+            8.0,
+            ready_path="/healthz",
+        ),
+        Target(
+            "gateway-echo",
+            "gateway, engine echo",
+            "realtime",
+            "commit",
+            24_000,
+            many,
+            8.0,
+            peer="floor",
+            engine="echo",
+        ),
+        Target(
+            "omni-server",
+            "vLLM-Omni 0.30 server, fake stage",
+            "vllm-omni",
+            "commit",
+            16_000,
+            omni_levels,
+            8.0,
+            ready_path="/health",
+            ready_timeout_s=240.0,
+            omni=True,
+        ),
+        Target(
+            "gateway-vllm-omni",
+            "gateway, engine vllm-omni, fake stage",
+            "realtime",
+            "commit",
+            16_000,
+            omni_levels,
+            8.0,
+            peer="omni-server",
+            ready_timeout_s=240.0,
+            engine="vllm-omni",
+            omni=True,
+        ),
+        Target(
+            "gateway-embedded",
+            "gateway, engine embedded",
+            "realtime",
+            "vad",
+            24_000,
+            (1, 4),
+            20.0,
+            ready_timeout_s=180.0,
+            engine="embedded",
+        ),
     ]
 
 
@@ -164,7 +211,18 @@ def _command(target: Target, port: int, workdir: Path, max_callers: int) -> tupl
     }
     path = workdir / f"{target.name}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    cmd = [python, "-m", "duplex_gateway", "serve", "--config", str(path), "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [
+        python,
+        "-m",
+        "duplex_gateway",
+        "serve",
+        "--config",
+        str(path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     if target.engine == "vllm-omni":
         cmd += ["--omni-factory", "tests.omni.fake_stage:duplex_omni"]
     return cmd, env
@@ -185,15 +243,21 @@ def start(target: Target, workdir: Path, *, max_callers: int) -> Iterator[Runnin
     cmd, env = _command(target, port, workdir, max_callers)
     log = workdir / f"{target.name}.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
     server = RunningServer(target, port, proc, log)
     try:
         deadline = time.monotonic() + target.ready_timeout_s
         while not _ready(port, target.ready_path):
             if not server.alive():
-                raise TargetUnavailable(f"exited with {proc.returncode} before it was ready:\n{server.log_tail()}")
+                raise TargetUnavailable(
+                    f"exited with {proc.returncode} before it was ready:\n{server.log_tail()}"
+                )
             if time.monotonic() > deadline:
-                raise TargetUnavailable(f"not ready after {target.ready_timeout_s:.0f} s:\n{server.log_tail()}")
+                raise TargetUnavailable(
+                    f"not ready after {target.ready_timeout_s:.0f} s:\n{server.log_tail()}"
+                )
             time.sleep(0.1)
         yield server
     finally:

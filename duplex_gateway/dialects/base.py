@@ -19,7 +19,6 @@ from duplex_gateway.transport import Frame
 __all__ = ["Dialect", "Frame", "PacedDialect"]
 
 
-
 class Dialect(Protocol):
     """Translates one connection's frames and events; one instance per connection."""
 

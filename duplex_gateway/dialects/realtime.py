@@ -221,8 +221,14 @@ def _append(data: Mapping[str, object], event_id: str | None) -> Command:
     frames, frames_error = _video_frames(data.get("video_frames"))
     hints = opt_object(data, "hints", "")
     return InputAudioAppend(
-        event_id=event_id, audio=decoded, encoding=encoding, rate=rate, is_speech=is_speech,
-        hints=dict(hints) if hints else {}, video_frames=frames, video_error=frames_error,
+        event_id=event_id,
+        audio=decoded,
+        encoding=encoding,
+        rate=rate,
+        is_speech=is_speech,
+        hints=dict(hints) if hints else {},
+        video_frames=frames,
+        video_error=frames_error,
     )
 
 
@@ -250,8 +256,13 @@ def _text_append(data: Mapping[str, object], event_id: str | None) -> Command:
 #: ``turn.signal`` events that name a command of their own, read from the signal's payload.
 _SIGNALLED_COMMANDS = frozenset(
     {
-        "input.cancel", "barge_in", "response.cancel", "conversation.item.create",
-        "conversation.item.delete", "conversation.item.truncate", "conversation.item.retrieve",
+        "input.cancel",
+        "barge_in",
+        "response.cancel",
+        "conversation.item.create",
+        "conversation.item.delete",
+        "conversation.item.truncate",
+        "conversation.item.retrieve",
     }
 )
 
@@ -306,13 +317,15 @@ def _response_create(data: Mapping[str, object], event_id: str | None) -> Comman
         instructions=opt_str(response, "instructions", path),
         output_modalities=modalities,
         tools=None if response.get("tools") is None else parse_tools(response["tools"], join(path, "tools")),
-        tool_choice=None if response.get("tool_choice") is None
+        tool_choice=None
+        if response.get("tool_choice") is None
         else parse_tool_choice(response["tool_choice"], join(path, "tool_choice")),
         voice=voice,
         max_output_tokens=limit,
         out_of_band=conversation == "none",
         input=items,
-        metadata=None if response.get("metadata") is None
+        metadata=None
+        if response.get("metadata") is None
         else parse_metadata(response["metadata"], join(path, "metadata")),
     )
 
@@ -468,7 +481,11 @@ _BETA_NAMES = {
 }
 #: Events with no beta form (:func:`render_server_event` returns ``None`` for them).
 _GA_ONLY = frozenset(
-    {"conversation.item.done", "input_audio_buffer.timeout_triggered", "input_audio_buffer.dtmf_event_received"}
+    {
+        "conversation.item.done",
+        "input_audio_buffer.timeout_triggered",
+        "input_audio_buffer.dtmf_event_received",
+    }
 )
 #: vLLM-Omni events sent unasked, so only to clients of its duplex handshake: a plain
 #: Realtime client knows no such type (strict ones report an error for it).
@@ -508,7 +525,9 @@ def _part(part_type: str, text: str) -> JsonObject:
     return {"type": "text", "text": text}
 
 
-def _response(event: ResponseCreated | ResponseDone, status: str, session_id: str, *, beta: bool) -> JsonObject:
+def _response(
+    event: ResponseCreated | ResponseDone, status: str, session_id: str, *, beta: bool
+) -> JsonObject:
     done = event if isinstance(event, ResponseDone) else None
     reason = done.reason if done is not None else None
     details: JsonObject | None = None
@@ -589,10 +608,12 @@ _Renderer = Callable[[Any, bool, str], JsonObject]
 _RENDERERS: dict[type[ServerEvent], _Renderer] = {
     SessionCreated: lambda e, beta, sid: _session_announcement(e, beta),
     SessionResumed: lambda e, beta, sid: {
-        **_session_announcement(e, beta), "attachment_generation": e.attachment_generation
+        **_session_announcement(e, beta),
+        "attachment_generation": e.attachment_generation,
     },
     SessionReplaced: lambda e, beta, sid: {
-        "session_id": e.session_id, "attachment_generation": e.attachment_generation
+        "session_id": e.session_id,
+        "attachment_generation": e.attachment_generation,
     },
     SessionResyncRequired: lambda e, beta, sid: {"session_id": e.session_id, "reason": e.reason},
     SessionUpdated: lambda e, beta, sid: {
@@ -729,7 +750,11 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
 
 def _listen(event: ResponseListen, session_id: str) -> JsonObject:
     # vLLM-Omni's shape: a listening "response", its id only when the model stopped one.
-    response: JsonObject = {"object": "realtime.response", "status": "listening", "metadata": {"reason": event.reason}}
+    response: JsonObject = {
+        "object": "realtime.response",
+        "status": "listening",
+        "metadata": {"reason": event.reason},
+    }
     fields: JsonObject = {"session_id": session_id, "response": response}
     if event.response_id is not None:
         response["id"] = event.response_id
@@ -769,15 +794,24 @@ class RealtimeDialect:
 
     def render(self, event: ServerEvent, *, seq: int) -> str | None:
         payload = render_server_event(
-            event, seq=seq, event_id=f"event_{seq}", beta=self.beta, session_id=self.session_id, duplex=self.duplex
+            event,
+            seq=seq,
+            event_id=f"event_{seq}",
+            beta=self.beta,
+            session_id=self.session_id,
+            duplex=self.duplex,
         )
         return None if payload is None else json.dumps(payload, separators=(",", ":"))
 
     def render_unsequenced(self, event: ServerEvent) -> str:
         self._unsequenced += 1
         payload = render_server_event(
-            event, seq=None, event_id=f"event_unsequenced_{self._unsequenced}", beta=self.beta,
-            session_id=self.session_id, duplex=self.duplex,
+            event,
+            seq=None,
+            event_id=f"event_unsequenced_{self._unsequenced}",
+            beta=self.beta,
+            session_id=self.session_id,
+            duplex=self.duplex,
         )
         assert payload is not None
         return json.dumps(payload, separators=(",", ":"))

@@ -51,13 +51,21 @@ def parse_item(item: Mapping[str, object], path: str, *, references: bool = Fals
         name = as_str(get_field(item, "name", path, required=True), join(path, "name"), nonempty=True)
         arguments = _bounded(get_field(item, "arguments", path, required=True), join(path, "arguments"))
         return ItemSpec(
-            kind="function_call", item_id=item_id, role="assistant", name=name, arguments=arguments,
+            kind="function_call",
+            item_id=item_id,
+            role="assistant",
+            name=name,
+            arguments=arguments,
             call_id=opt_str(item, "call_id", path),
         )
     if kind == "function_call_output":
-        call_id = as_str(get_field(item, "call_id", path, required=True), join(path, "call_id"), nonempty=True)
+        call_id = as_str(
+            get_field(item, "call_id", path, required=True), join(path, "call_id"), nonempty=True
+        )
         output = _bounded(get_field(item, "output", path, required=True), join(path, "output"))
-        return ItemSpec(kind="function_call_output", item_id=item_id, role="tool", call_id=call_id, output=output)
+        return ItemSpec(
+            kind="function_call_output", item_id=item_id, role="tool", call_id=call_id, output=output
+        )
     role = as_str(get_field(item, "role", path, required=True), join(path, "role"))
     if role not in _ROLES:
         raise invalid(join(path, "role"), f"'{join(path, 'role')}' must be 'user', 'assistant' or 'system'")
@@ -75,7 +83,8 @@ def parse_item(item: Mapping[str, object], path: str, *, references: bool = Fals
             continue
         if part_type not in _TEXT_PARTS:
             raise invalid(
-                join(part_path, "type"), f"content type {part_type[:64]!r} is not supported (text and user images)"
+                join(part_path, "type"),
+                f"content type {part_type[:64]!r} is not supported (text and user images)",
             )
         texts.append(as_str(get_field(part, "text", part_path, required=True), join(part_path, "text")))
     return ItemSpec(kind="message", item_id=item_id, role=role, text="\n".join(texts), images=tuple(images))

@@ -19,7 +19,15 @@ from duplex_gateway.session_config import (
     ToolChoiceMode,
 )
 
-__all__ = ["check_choice", "parse_include", "parse_metadata", "parse_tool_choice", "parse_tools", "tool_choice_object", "tool_object"]
+__all__ = [
+    "check_choice",
+    "parse_include",
+    "parse_metadata",
+    "parse_tool_choice",
+    "parse_tools",
+    "tool_choice_object",
+    "tool_object",
+]
 
 #: OpenAI's limit on a function name: letters, digits, underscores and dashes, up to 64.
 _MAX_NAME = 64
@@ -57,11 +65,15 @@ def parse_tools(value: object, param: str) -> tuple[FunctionTool, ...]:
         seen.add(name)
         description = body.get("description")
         parameters = body.get("parameters")
-        tools.append(FunctionTool(
-            name=name,
-            description="" if description is None else as_str(description, join(path, "description")),
-            parameters={} if parameters is None else dict(as_object(parameters, join(path, "parameters"))),
-        ))
+        tools.append(
+            FunctionTool(
+                name=name,
+                description="" if description is None else as_str(description, join(path, "description")),
+                parameters={}
+                if parameters is None
+                else dict(as_object(parameters, join(path, "parameters"))),
+            )
+        )
     return tuple(tools)
 
 
@@ -77,7 +89,8 @@ def parse_tool_choice(value: object, param: str) -> ToolChoice:
     choice = as_object(value, param)
     if choice.get("type") != "function":
         raise invalid(
-            join(param, "type"), "only a function can be forced ({'type': 'function', 'name': ...})",
+            join(param, "type"),
+            "only a function can be forced ({'type': 'function', 'name': ...})",
             ErrorCode.UNSUPPORTED_BY_ENGINE if choice.get("type") == "mcp" else ErrorCode.INVALID_VALUE,
         )
     body = as_object(choice["function"], join(param, "function")) if "function" in choice else choice
@@ -100,7 +113,9 @@ def parse_include(value: object, param: str) -> tuple[str, ...]:
     names = tuple(as_str(item, f"{param}[{index}]") for index, item in enumerate(value))
     for index, name in enumerate(names):
         if name not in INCLUDABLE:
-            raise invalid(f"{param}[{index}]", f"cannot include {name[:64]!r}; one of {', '.join(INCLUDABLE)}")
+            raise invalid(
+                f"{param}[{index}]", f"cannot include {name[:64]!r}; one of {', '.join(INCLUDABLE)}"
+            )
     return tuple(dict.fromkeys(names))
 
 

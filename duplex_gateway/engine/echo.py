@@ -73,7 +73,13 @@ class EchoSession(port.EngineSession):
             await self.create_response(response_id=response_id, instructions=None)
 
     async def add_item(
-        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None, images: Sequence[str] = ()
+        self,
+        *,
+        item_id: str,
+        role: str,
+        text: str,
+        previous_item_id: str | None = None,
+        images: Sequence[str] = (),
     ) -> None:
         # Text has no audio to echo; the loopback only repeats sound.
         return None
@@ -86,7 +92,9 @@ class EchoSession(port.EngineSession):
     ) -> None:
         await self._stop_reply()
         self._reply_id = response_id
-        self._reply = asyncio.create_task(self._speak(response_id, self._last_turn), name=f"echo:{response_id}")
+        self._reply = asyncio.create_task(
+            self._speak(response_id, self._last_turn), name=f"echo:{response_id}"
+        )
 
     async def cancel_response(self, response_id: str) -> None:
         if self._reply_id == response_id:
@@ -127,7 +135,9 @@ class EchoSession(port.EngineSession):
             await self._events.put(port.EngineTranscript(response_id=response_id, delta=text))
             started = loop.time()
             for index, offset in enumerate(range(0, len(audio), chunk_bytes)):
-                await self._events.put(port.EngineAudio(response_id=response_id, pcm=audio[offset : offset + chunk_bytes]))
+                await self._events.put(
+                    port.EngineAudio(response_id=response_id, pcm=audio[offset : offset + chunk_bytes])
+                )
                 # Pace against a fixed schedule so the reply plays out in (scaled) real time.
                 delay = started + (index + 1) * pace_s - loop.time()
                 if delay > 0:
@@ -233,5 +243,9 @@ def _build(settings: GatewaySettings) -> port.Engine:
 
 
 SPEC = EngineSpec(
-    name="echo", section="echo", settings=EchoSettings, build=_build, summary="a loopback: each turn comes back as the reply"
+    name="echo",
+    section="echo",
+    settings=EchoSettings,
+    build=_build,
+    summary="a loopback: each turn comes back as the reply",
 )

@@ -354,7 +354,11 @@ class EngineClosed(EngineEvent):
 #: What a reply says (its audio, words and tool calls), as opposed to its start and end: what a
 #: stopped reply may not emit any more, so an engine takes back what its reader has not read yet.
 REPLY_OUTPUT_EVENTS: Final = (
-    EngineAudio, EngineTranscript, EngineText, EngineFunctionCallDelta, EngineFunctionCall,
+    EngineAudio,
+    EngineTranscript,
+    EngineText,
+    EngineFunctionCallDelta,
+    EngineFunctionCall,
 )
 
 
@@ -404,7 +408,13 @@ class EngineSession(abc.ABC):
 
     @abc.abstractmethod
     async def add_item(
-        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None, images: Sequence[str] = ()
+        self,
+        *,
+        item_id: str,
+        role: str,
+        text: str,
+        previous_item_id: str | None = None,
+        images: Sequence[str] = (),
     ) -> None:
         """A text message the client added to the conversation.
 
@@ -431,7 +441,9 @@ class EngineSession(abc.ABC):
         """
         return
 
-    async def delete_item(self, item_id: str, *, response_id: str | None = None, call_id: str | None = None) -> None:
+    async def delete_item(
+        self, item_id: str, *, response_id: str | None = None, call_id: str | None = None
+    ) -> None:
         """The client removed ``item_id`` from the conversation.
 
         Engines that keep conversation state forget it; the default, for engines

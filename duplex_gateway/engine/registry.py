@@ -16,7 +16,9 @@ from duplex_gateway.engine.spec import EngineSpec, SettingsSection, engine_specs
 __all__ = ["ENGINES", "SPECS", "UnknownEngine", "build_engine"]
 
 #: Every declared engine's spec, by name.
-SPECS: Mapping[str, EngineSpec[SettingsSection]] = MappingProxyType({spec.name: spec for spec in engine_specs()})
+SPECS: Mapping[str, EngineSpec[SettingsSection]] = MappingProxyType(
+    {spec.name: spec for spec in engine_specs()}
+)
 
 #: Builders by engine name.
 ENGINES: Mapping[str, Callable[[GatewaySettings], Engine]] = MappingProxyType(
@@ -34,5 +36,7 @@ def build_engine(settings: GatewaySettings) -> Engine:
     try:
         spec = SPECS[name]
     except KeyError:
-        raise UnknownEngine(f"engine.name: unknown engine {name!r}; choose one of {', '.join(sorted(SPECS))}") from None
+        raise UnknownEngine(
+            f"engine.name: unknown engine {name!r}; choose one of {', '.join(sorted(SPECS))}"
+        ) from None
     return spec.build(settings)

@@ -58,8 +58,12 @@ class EngineSpec(Generic[S]):
     def settings_of(self, settings: GatewaySettings) -> S:
         """This engine's section of ``settings``, as its own model."""
         value = getattr(settings.engine, self.section)
-        if not isinstance(value, self.settings):  # pragma: no cover - the configuration is built from the specs
-            raise TypeError(f"engine.{self.section} is a {type(value).__name__}, not {self.settings.__name__}")
+        if not isinstance(
+            value, self.settings
+        ):  # pragma: no cover - the configuration is built from the specs
+            raise TypeError(
+                f"engine.{self.section} is a {type(value).__name__}, not {self.settings.__name__}"
+            )
         return value
 
 

@@ -182,7 +182,11 @@ class VllmOmniSession(port.EngineSession):
             # Gateway VAD (or the client's commits) decides turns: all audio handed over is the turn's.
             is_speech = True
         await self._handle.append_audio(
-            pcm, format="pcm16", sample_rate_hz=self._input_rate, is_speech=is_speech, hints=hints,
+            pcm,
+            format="pcm16",
+            sample_rate_hz=self._input_rate,
+            is_speech=is_speech,
+            hints=hints,
             video_frames=tuple(video_frames),
         )
 
@@ -204,11 +208,19 @@ class VllmOmniSession(port.EngineSession):
         # The turn carries the caller's item id, so the engine's events about it (committed,
         # transcript) name the caller's item.
         await self._handle.submit(
-            self._engine.commit_command(final=final, create_response=create, item_id=item_id, is_speech=is_speech)
+            self._engine.commit_command(
+                final=final, create_response=create, item_id=item_id, is_speech=is_speech
+            )
         )
 
     async def add_item(
-        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None, images: Sequence[str] = ()
+        self,
+        *,
+        item_id: str,
+        role: str,
+        text: str,
+        previous_item_id: str | None = None,
+        images: Sequence[str] = (),
     ) -> None:
         item = message_item(item_id=item_id, role=role, text=text, images=images)
         await self._handle.create_item(item, previous_item_id=previous_item_id)
@@ -234,7 +246,9 @@ class VllmOmniSession(port.EngineSession):
         await self._handle.submit(self._engine.item_command(item, previous_item_id, event_id))
         self._added_items.add(item_id)
 
-    async def delete_item(self, item_id: str, *, response_id: str | None = None, call_id: str | None = None) -> None:
+    async def delete_item(
+        self, item_id: str, *, response_id: str | None = None, call_id: str | None = None
+    ) -> None:
         # Only items given to the engine under our id can be named to it.
         if item_id in self._added_items:
             self._added_items.discard(item_id)
@@ -262,7 +276,9 @@ class VllmOmniSession(port.EngineSession):
             # Nothing goes to the engine: the reply ends here, failed, and the client is told why.
             for event in (
                 port.EngineError(code="unsupported_by_engine", message=refusal),
-                port.EngineResponseDone(response_id=response_id, status="failed", reason="unsupported_by_engine"),
+                port.EngineResponseDone(
+                    response_id=response_id, status="failed", reason="unsupported_by_engine"
+                ),
             ):
                 await self._events.put(event)
             return
@@ -324,7 +340,9 @@ class VllmOmniSession(port.EngineSession):
         if patch:
             self._update_ids += 1
             event_id = f"gw_update_{self._update_ids}"
-            await self._updates.send(event_id, self._handle.submit(self._engine.update_command(patch, event_id)))
+            await self._updates.send(
+                event_id, self._handle.submit(self._engine.update_command(patch, event_id))
+            )
         self._config = config
 
     async def close(self, reason: str) -> None:
@@ -612,8 +630,11 @@ class VllmOmniEngine(port.Engine):
 
     def _builder(self) -> Callable[[], Any]:
         return omni_builder(
-            self._factory, "vllm_omni.entrypoints.duplex_omni:DuplexOmni",
-            model=self._model, deploy_config=self._deploy_config, trust_remote_code=self._trust_remote_code,
+            self._factory,
+            "vllm_omni.entrypoints.duplex_omni:DuplexOmni",
+            model=self._model,
+            deploy_config=self._deploy_config,
+            trust_remote_code=self._trust_remote_code,
         )
 
     async def _warm_audio_encoder(self) -> None:
@@ -633,7 +654,9 @@ class VllmOmniEngine(port.Engine):
         except Exception as exc:  # noqa: BLE001 - a factory may hand over a partial object
             logger.warning("vLLM-Omni did not report its duplex capabilities: %s", exc)
             return caps
-        limit = engine_max if self._gateway_max_sessions is None else min(engine_max, self._gateway_max_sessions)
+        limit = (
+            engine_max if self._gateway_max_sessions is None else min(engine_max, self._gateway_max_sessions)
+        )
         accepts = getattr(duplex_caps, "accepts_input_modality", None)
         return replace(
             caps,
@@ -653,7 +676,9 @@ class VllmOmniEngine(port.Engine):
         except self._error_cls as exc:
             code = getattr(exc, "code", "")
             if code == "resource_exhausted":
-                raise port.EngineSessionLimit(f"the vLLM-Omni engine has no room for another session ({exc})") from exc
+                raise port.EngineSessionLimit(
+                    f"the vLLM-Omni engine has no room for another session ({exc})"
+                ) from exc
             raise port.EngineUnavailable(f"the vLLM-Omni engine refused the session: {code or exc}") from exc
         except (RuntimeError, OSError, ValueError) as exc:
             raise port.EngineUnavailable(f"the vLLM-Omni engine cannot open a session: {exc}") from exc
@@ -668,7 +693,9 @@ class VllmOmniEngine(port.Engine):
         if config.use_tts_template is None:
             return patch
         config_module = importlib.import_module("vllm_omni.engine.duplex.config")
-        typed = config_module.DuplexSessionConfig.from_realtime(patch, model=getattr(self._omni, "model", None))
+        typed = config_module.DuplexSessionConfig.from_realtime(
+            patch, model=getattr(self._omni, "model", None)
+        )
         typed.use_tts_template = config.use_tts_template
         return typed
 

@@ -274,7 +274,13 @@ class VllmOmniStreamSession(port.EngineSession):
             await self._answer(response_id)
 
     async def add_item(
-        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None, images: Sequence[str] = ()
+        self,
+        *,
+        item_id: str,
+        role: str,
+        text: str,
+        previous_item_id: str | None = None,
+        images: Sequence[str] = (),
     ) -> None:
         message = _Message(role=role, text=text, item_id=item_id)
         index = next((i for i, m in enumerate(self._history) if m.item_id == previous_item_id), None)
@@ -344,7 +350,9 @@ class VllmOmniStreamSession(port.EngineSession):
         async with self._lock:
             turn = self._input
             if turn is None:
-                turn = self._input = _Turn(request_id=f"{self._session_id}-turn{next(self._ids)}-{secrets.token_hex(4)}")
+                turn = self._input = _Turn(
+                    request_id=f"{self._session_id}-turn{next(self._ids)}-{secrets.token_hex(4)}"
+                )
                 self._engine._route(turn.request_id, self)
             samples = codec.decode(pcm, Encoding.PCM16)
             audio = {"audio": (samples, self._input_rate)}
@@ -367,7 +375,9 @@ class VllmOmniStreamSession(port.EngineSession):
                 if response_id is not None:
                     self._events.put_nowait(port.EngineResponseStarted(response_id=response_id))
                     self._events.put_nowait(
-                        port.EngineResponseDone(response_id=response_id, status="failed", reason="no caller audio")
+                        port.EngineResponseDone(
+                            response_id=response_id, status="failed", reason="no caller audio"
+                        )
                     )
                 return
             self._input = None
@@ -384,7 +394,9 @@ class VllmOmniStreamSession(port.EngineSession):
         turn.response_id = response_id
         turn.audio = ReplyAudio(self._output_rate)
         # The caller's turn joins the conversation (its audio is not re-sent with later turns).
-        self._history.append(_Message(role="user", text="", item_id=turn.item_ids[0] if turn.item_ids else None))
+        self._history.append(
+            _Message(role="user", text="", item_id=turn.item_ids[0] if turn.item_ids else None)
+        )
         self._reply = turn
         self._events.put_nowait(port.EngineResponseStarted(response_id=response_id))
 
@@ -468,7 +480,9 @@ class VllmOmniStreamSession(port.EngineSession):
             tail = turn.audio.flush()
             if tail:
                 self._events.put_nowait(port.EngineAudio(response_id=turn.response_id, pcm=tail))
-        self._events.put_nowait(port.EngineResponseDone(response_id=turn.response_id, status=status, reason=reason))
+        self._events.put_nowait(
+            port.EngineResponseDone(response_id=turn.response_id, status=status, reason=reason)
+        )
 
     def engine_died(self, message: str) -> None:
         if self._closed:
@@ -552,7 +566,9 @@ class VllmOmniStreamEngine(port.Engine):
 
     @property
     def ready(self) -> bool:
-        return self._core is not None and self._dead is None and self._pump is not None and not self._pump.done()
+        return (
+            self._core is not None and self._dead is None and self._pump is not None and not self._pump.done()
+        )
 
     @property
     def active_sessions(self) -> int:
@@ -584,8 +600,11 @@ class VllmOmniStreamEngine(port.Engine):
 
     def _builder(self) -> Callable[[], Any]:
         return omni_builder(
-            self._factory, "vllm_omni.entrypoints.async_omni:AsyncOmni",
-            model=self._model, deploy_config=self._deploy_config, trust_remote_code=self._trust_remote_code,
+            self._factory,
+            "vllm_omni.entrypoints.async_omni:AsyncOmni",
+            model=self._model,
+            deploy_config=self._deploy_config,
+            trust_remote_code=self._trust_remote_code,
         )
 
     def _resolve_stages(self) -> None:

@@ -185,7 +185,8 @@ class AudioSocketCarrier:
     def _audio(self, rate: int, kind: int, payload: bytes) -> list[call.CallEvent]:
         if len(payload) % 2:
             raise ProtocolError(
-                ErrorCode.INVALID_AUDIO_LENGTH, f"{len(payload)} bytes is not whole 16-bit AudioSocket samples"
+                ErrorCode.INVALID_AUDIO_LENGTH,
+                f"{len(payload)} bytes is not whole 16-bit AudioSocket samples",
             )
         if self.format is not None:
             if rate != self.format.rate:
@@ -337,9 +338,7 @@ class AudioSocketServer:
                 await asyncio.gather(*stuck, return_exceptions=True)
 
 
-async def start_audiosocket(
-    serve_call: CallServer, host: str, port: int | None
-) -> AudioSocketServer | None:
+async def start_audiosocket(serve_call: CallServer, host: str, port: int | None) -> AudioSocketServer | None:
     """An AudioSocket listener on ``host:port``, started (None: no port configured)."""
     if port is None:
         return None

@@ -128,7 +128,15 @@ class CarrierError:
 
 
 CallEvent = (
-    CallStart | CallAudio | MarkPlayed | CarrierCleared | Dtmf | CallEnded | CarrierError | FlowPaused | FlowResumed
+    CallStart
+    | CallAudio
+    | MarkPlayed
+    | CarrierCleared
+    | Dtmf
+    | CallEnded
+    | CarrierError
+    | FlowPaused
+    | FlowResumed
 )
 
 

@@ -109,7 +109,11 @@ class CallDialect:
             heard = self._playout.played(event.name) if self._playout is not None else None
             if heard is None:
                 return []
-            return [cmd.PlaybackAck(response_id=heard.response_id, item_id=heard.item_id, played_ms=heard.played_ms)]
+            return [
+                cmd.PlaybackAck(
+                    response_id=heard.response_id, item_id=heard.item_id, played_ms=heard.played_ms
+                )
+            ]
         if isinstance(event, call.CallStart):
             return self._started(event)
         if isinstance(event, call.Dtmf):
@@ -131,7 +135,10 @@ class CallDialect:
             return []  # a repeated start changes nothing
         self.start = start
         self._playout = Playout(
-            start.output_format, self.carrier.framing, lead_ms=self.setup.lead_ms, marks=self.carrier.has_marks
+            start.output_format,
+            self.carrier.framing,
+            lead_ms=self.setup.lead_ms,
+            marks=self.carrier.has_marks,
         )
         if self.setup.echo_suppression and start.input_format.rate == start.output_format.rate:
             self.echo = EchoSuppressor(start.input_format.rate)
@@ -197,7 +204,9 @@ class CallDialect:
         if cut is not None:
             # What the caller heard of the reply is all the conversation keeps of it.
             self._commands.append(
-                cmd.ConversationItemTruncate(item_id=cut.item_id, content_index=0, audio_end_ms=cut.audio_end_ms)
+                cmd.ConversationItemTruncate(
+                    item_id=cut.item_id, content_index=0, audio_end_ms=cut.audio_end_ms
+                )
             )
         return self.carrier.clear()
 

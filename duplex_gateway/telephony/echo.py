@@ -115,7 +115,9 @@ class EchoSuppressor:
             return samples
         # Cross-correlation of the piece against every position of the reference.
         size = 1 << (ref.size + x.size - 1).bit_length()
-        corr = np.fft.irfft(np.fft.rfft(ref, size) * np.conj(np.fft.rfft(x, size)), size)[: ref.size - x.size + 1]
+        corr = np.fft.irfft(np.fft.rfft(ref, size) * np.conj(np.fft.rfft(x, size)), size)[
+            : ref.size - x.size + 1
+        ]
         power = np.concatenate([[0.0], np.cumsum(ref * ref)])
         windows = power[x.size :] - power[: ref.size - x.size + 1]  # energy of each reference window
         norm = corr / np.sqrt(np.maximum(windows, 1e-12) * energy)

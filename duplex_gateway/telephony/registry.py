@@ -75,7 +75,8 @@ def subprotocols() -> frozenset[str]:
 def signed_streams(telephony: object) -> frozenset[str]:
     """The carriers whose media streams ``telephony`` has signed: they must come on their own path."""
     return frozenset(
-        found.name for found in specs()
+        found.name
+        for found in specs()
         if any(rule.on == "stream" for rule in found.signatures(found.settings_of(telephony)))
     )
 

@@ -194,7 +194,9 @@ def _rules(carrier: CarrierSpec[Any], settings: TelephonySettings) -> list[Signa
         raise ConfigError(str(exc)) from None
 
 
-def _signed(conn: HTTPConnection, body: bytes, settings: TelephonySettings, *, websocket: bool) -> SignedRequest:
+def _signed(
+    conn: HTTPConnection, body: bytes, settings: TelephonySettings, *, websocket: bool
+) -> SignedRequest:
     webhook = _parse(conn, body)
     return SignedRequest(
         method="GET" if websocket else conn.scope.get("method", "GET"),
@@ -218,7 +220,10 @@ def _check(carrier: CarrierSpec[Any], rule: SignatureRule, settings: TelephonySe
 
     if websocket:
         return SignatureCheck(
-            carrier=carrier.name, path=f"/telephony/{carrier.name}", methods=frozenset({"WEBSOCKET"}), verify=verify
+            carrier=carrier.name,
+            path=f"/telephony/{carrier.name}",
+            methods=frozenset({"WEBSOCKET"}),
+            verify=verify,
         )
     assert carrier.answer_hook is not None, f"{carrier.name} signs an answer webhook it does not have"
     return SignatureCheck(

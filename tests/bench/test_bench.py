@@ -18,16 +18,37 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
 METRICS = (
-    "first_audio_ms", "chunk_gap_ms", "barge_in_cutoff_ms", "send_lag_ms", "client_loop_lag_ms",
+    "first_audio_ms",
+    "chunk_gap_ms",
+    "barge_in_cutoff_ms",
+    "send_lag_ms",
+    "client_loop_lag_ms",
 )
 
 
 def test_smoke_run_measures_floor_and_gateway(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     cmd = [
-        sys.executable, "-m", "duplex_gateway", "bench", "--targets", "floor,gateway-echo",
-        "--levels", "floor=2", "--levels", "gateway-echo=2", "--duration", "3", "--barge-in", "0.5",
-        "--json", str(out), "--report", str(tmp_path / "bench.md"), "--quiet", "--fail-on-errors",
+        sys.executable,
+        "-m",
+        "duplex_gateway",
+        "bench",
+        "--targets",
+        "floor,gateway-echo",
+        "--levels",
+        "floor=2",
+        "--levels",
+        "gateway-echo=2",
+        "--duration",
+        "3",
+        "--barge-in",
+        "0.5",
+        "--json",
+        str(out),
+        "--report",
+        str(tmp_path / "bench.md"),
+        "--quiet",
+        "--fail-on-errors",
     ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -53,8 +74,16 @@ def test_smoke_run_measures_floor_and_gateway(tmp_path: Path) -> None:
     analysis.write_text("## Why a goal is missed\n\nThe profile says so.\n", encoding="utf-8")
     again = tmp_path / "again.md"
     cmd = [
-        sys.executable, "-m", "duplex_gateway", "bench", "--rerender", str(out), "--analysis", str(analysis),
-        "--report", str(again),
+        sys.executable,
+        "-m",
+        "duplex_gateway",
+        "bench",
+        "--rerender",
+        str(out),
+        "--analysis",
+        str(analysis),
+        "--report",
+        str(again),
     ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -299,23 +299,55 @@ def test_vllm_omni_session_fields_are_read_and_echoed() -> None:
     }
     patch = patch_of(session)
     config = SessionConfig().apply(patch)
-    assert (config.ref_audio, config.temperature, config.max_output_tokens) == (session["ref_audio"], 0.6, 256)
-    assert (config.overlap_policy, config.overlap_short_ack_ms, config.overlap_barge_in_ms) == ("barge_in", 500, 900)
-    assert (config.overlap_silence_rms, config.playback_commit_policy, config.idle_timeout_s) == (0.01, "ack_only", 42)
+    assert (config.ref_audio, config.temperature, config.max_output_tokens) == (
+        session["ref_audio"],
+        0.6,
+        256,
+    )
+    assert (config.overlap_policy, config.overlap_short_ack_ms, config.overlap_barge_in_ms) == (
+        "barge_in",
+        500,
+        900,
+    )
+    assert (config.overlap_silence_rms, config.playback_commit_policy, config.idle_timeout_s) == (
+        0.01,
+        "ack_only",
+        42,
+    )
     assert config.noise_reduction == {"type": "far_field"}
     assert (config.initial_user_text, config.use_tts_template) == ("hello", False)
     assert config.extra_body == {"force_listen_count": 3} and config.auto_response is False
     beta = session_payload(config, session_id="s", beta=True)
     ga = session_payload(config, session_id="s", beta=False)
-    for key in ("ref_audio", "temperature", "overlap_policy", "playback_commit_policy", "idle_timeout_s",
-                "initial_user_text", "use_tts_template", "extra_body"):
+    for key in (
+        "ref_audio",
+        "temperature",
+        "overlap_policy",
+        "playback_commit_policy",
+        "idle_timeout_s",
+        "initial_user_text",
+        "use_tts_template",
+        "extra_body",
+    ):
         assert beta[key] == ga[key] == session[key], key
     assert beta["max_response_output_tokens"] == ga["max_output_tokens"] == 256
-    assert beta["input_audio_noise_reduction"] == ga["audio"]["input"]["noise_reduction"] == {"type": "far_field"}  # type: ignore[index]
+    assert (
+        beta["input_audio_noise_reduction"]
+        == ga["audio"]["input"]["noise_reduction"]
+        == {"type": "far_field"}
+    )  # type: ignore[index]
     # null puts a field back to the engine's default; "inf" is no limit.
-    assert SessionConfig().apply(patch_of({"temperature": None, "max_output_tokens": "inf"})).temperature is None
-    for bad in ({"temperature": -1}, {"max_tokens": 0}, {"use_tts_template": "yes"}, {"extra_body": [1]},
-                {"idle_timeout_s": 0}, {"ref_audio": 3}):
+    assert (
+        SessionConfig().apply(patch_of({"temperature": None, "max_output_tokens": "inf"})).temperature is None
+    )
+    for bad in (
+        {"temperature": -1},
+        {"max_tokens": 0},
+        {"use_tts_template": "yes"},
+        {"extra_body": [1]},
+        {"idle_timeout_s": 0},
+        {"ref_audio": 3},
+    ):
         with pytest.raises(ProtocolError):
             patch_of(bad)
 
@@ -413,7 +445,9 @@ def test_transcription_flag() -> None:
         InputTranscription(model="x")
     )
     asked = {"model": "gpt-4o-transcribe", "language": "de", "prompt": "Namen: Ueli"}
-    assert patch_of({"audio": {"input": {"transcription": asked}}}).input_transcription == InputTranscription(**asked)
+    assert patch_of({"audio": {"input": {"transcription": asked}}}).input_transcription == InputTranscription(
+        **asked
+    )
     assert patch_of({"audio": {"input": {"transcription": None}}}).input_transcription is None
     assert patch_of({"input_audio_transcription": {}}).input_transcription == InputTranscription()
     assert patch_of({"input_audio_transcription": None}).input_transcription is None
@@ -595,9 +629,9 @@ def test_append_keeps_its_audio_and_carries_its_video_frames() -> None:
         }
     )
     assert command == InputAudioAppend(audio=b"\0\0\0", rate=16000, video_frames=(JPEG_B64, PNG_B64))
-    assert parse({"type": "input_audio_buffer.append", "audio": "AAAA", "video_frames": []}) == InputAudioAppend(
-        audio=b"\0\0\0"
-    )
+    assert parse(
+        {"type": "input_audio_buffer.append", "audio": "AAAA", "video_frames": []}
+    ) == InputAudioAppend(audio=b"\0\0\0")
 
 
 @pytest.mark.parametrize(
@@ -637,9 +671,15 @@ def test_item_create_with_input_image() -> None:
     assert isinstance(command, ConversationItemCreate)
     assert (command.text, command.images) == ("what is this?", (url,))
     only_image = parse(
-        {"type": "conversation.item.create", "item": {"role": "user", "content": [{"type": "input_image", "image_url": url}]}}
+        {
+            "type": "conversation.item.create",
+            "item": {"role": "user", "content": [{"type": "input_image", "image_url": url}]},
+        }
     )
-    assert isinstance(only_image, ConversationItemCreate) and (only_image.text, only_image.images) == ("", (url,))
+    assert isinstance(only_image, ConversationItemCreate) and (only_image.text, only_image.images) == (
+        "",
+        (url,),
+    )
 
 
 @pytest.mark.parametrize(
@@ -655,14 +695,17 @@ def test_item_create_with_a_bad_input_image(part: dict[str, object], code: Error
     assert (error.code, error.param) == (code, "item.content[0].image_url")
     # Pictures are the caller's input: an assistant message cannot hold one.
     assistant = {"type": "input_image", "image_url": f"data:image/png;base64,{PNG_B64}"}
-    error = error_of({"type": "conversation.item.create", "item": {"role": "assistant", "content": [assistant]}})
+    error = error_of(
+        {"type": "conversation.item.create", "item": {"role": "assistant", "content": [assistant]}}
+    )
     assert (error.code, error.param) == (ErrorCode.INVALID_VALUE, "item.content[0].type")
 
 
 def test_user_item_with_images_renders_its_image_parts() -> None:
     item = ConversationItem(id="item_1", role="user", content_type="input_text", text="look", images=1)
     assert realtime.render_item(item, beta=False)["content"] == [
-        {"type": "input_text", "text": "look"}, {"type": "input_image"}
+        {"type": "input_text", "text": "look"},
+        {"type": "input_image"},
     ]
     picture_only = replace(item, text="")
     assert realtime.render_item(picture_only, beta=False)["content"] == [{"type": "input_image"}]
@@ -706,7 +749,9 @@ def test_turn_signal() -> None:
     assert parse(
         {"type": "turn.signal", "event": "conversation.item.delete", "payload": {"item_id": "i1"}}
     ) == ConversationItemDelete(item_id="i1")
-    update = parse({"type": "turn.signal", "event": "session.update", "payload": {"instructions": "Be brief."}})
+    update = parse(
+        {"type": "turn.signal", "event": "session.update", "payload": {"instructions": "Be brief."}}
+    )
     assert isinstance(update, SessionUpdate) and update.session.instructions == "Be brief."
     with pytest.raises(ProtocolError) as info:
         parse({"type": "turn.signal"})
@@ -746,10 +791,16 @@ def test_append_missing_audio() -> None:
             {"type": "input_audio_buffer.commit", "final": True, "response_create": False},
             InputAudioCommit(create_response=False),
         ),
-        ({"type": "input_audio_buffer.commit", "response_create": True}, InputAudioCommit(create_response=True)),
+        (
+            {"type": "input_audio_buffer.commit", "response_create": True},
+            InputAudioCommit(create_response=True),
+        ),
         ({"type": "input_audio_buffer.commit", "response_create": None}, InputAudioCommit()),
         # vLLM-Omni's reading: either spelling; response_create wins; non-booleans count as not given.
-        ({"type": "input_audio_buffer.commit", "create_response": True}, InputAudioCommit(create_response=True)),
+        (
+            {"type": "input_audio_buffer.commit", "create_response": True},
+            InputAudioCommit(create_response=True),
+        ),
         (
             {"type": "input_audio_buffer.commit", "response_create": False, "create_response": True},
             InputAudioCommit(create_response=False),
@@ -793,7 +844,10 @@ def test_append_missing_audio() -> None:
             ResponseCreate(instructions="x", output_modalities=(Modality.TEXT,)),
         ),
         (
-            {"type": "response.create", "response": {"modalities": ["audio", "text"], "voice": "v"}},  # beta voice
+            {
+                "type": "response.create",
+                "response": {"modalities": ["audio", "text"], "voice": "v"},
+            },  # beta voice
             ResponseCreate(output_modalities=(Modality.AUDIO, Modality.TEXT), voice="v"),
         ),
         (
@@ -1277,15 +1331,28 @@ ASSISTANT = ConversationItem(id="item_a", role="assistant", content_type="audio"
 ASSISTANT_TEXT = ConversationItem(id="item_x", role="assistant", content_type="text", text="words")
 ASSISTANT_OPEN = ConversationItem(id="item_a", role="assistant", status="in_progress", content_type="audio")
 CONFIG = SessionConfig(
-    model="gpt-4o-realtime-preview", instructions="be kind", voice="v1", input_transcription=InputTranscription()
+    model="gpt-4o-realtime-preview",
+    instructions="be kind",
+    voice="v1",
+    input_transcription=InputTranscription(),
 )
 
 FUNCTION_CALL = ConversationItem(
-    id="item_fc", role="assistant", status="in_progress", content_type="", kind="function_call",
-    call_id="call_1", name="get_weather", arguments="",
+    id="item_fc",
+    role="assistant",
+    status="in_progress",
+    content_type="",
+    kind="function_call",
+    call_id="call_1",
+    name="get_weather",
+    arguments="",
 )
 FUNCTION_OUTPUT = ConversationItem(
-    id="item_out", role="tool", content_type="", kind="function_call_output", call_id="call_1",
+    id="item_out",
+    role="tool",
+    content_type="",
+    kind="function_call_output",
+    call_id="call_1",
     output='{"temperature": 21}',
 )
 
@@ -1299,23 +1366,44 @@ SAMPLES: list[ServerEvent] = [
     SessionReplaced(session_id="sess_1", attachment_generation=1),
     SessionResyncRequired(session_id="sess_1"),
     FunctionCallArgumentsDelta(
-        response_id="resp_1", item_id="item_fc", output_index=0, call_id="call_1", delta='{"city": "Pa',
+        response_id="resp_1",
+        item_id="item_fc",
+        output_index=0,
+        call_id="call_1",
+        delta='{"city": "Pa',
     ),
     FunctionCallArgumentsDone(
-        response_id="resp_1", item_id="item_fc", output_index=0, call_id="call_1", name="get_weather",
+        response_id="resp_1",
+        item_id="item_fc",
+        output_index=0,
+        call_id="call_1",
+        name="get_weather",
         arguments='{"city": "Paris"}',
     ),
     OutputItemAdded(response_id="resp_1", output_index=0, item=FUNCTION_CALL),
     OutputItemDone(response_id="resp_1", output_index=0, item=replace(FUNCTION_CALL, status="completed")),
     ConversationItemDone(item=FUNCTION_OUTPUT, previous_item_id="item_fc"),
     ResponseDone(
-        response_id="resp_2", status="completed", output=(replace(FUNCTION_CALL, status="completed"),),
-        metadata={"topic": "weather"}, input_audio_ms=1500, input_tokens=120, output_tokens=30,
+        response_id="resp_2",
+        status="completed",
+        output=(replace(FUNCTION_CALL, status="completed"),),
+        metadata={"topic": "weather"},
+        input_audio_ms=1500,
+        input_tokens=120,
+        output_tokens=30,
     ),
     ResponseCreated(response_id="resp_3", metadata={"purpose": "classify"}, out_of_band=True),
     TurnLatency(
-        response_id="resp_1", item_id="item_1", total_ms=812.5,
-        stages=(("turn_detection", 500.0), ("recognition", 120.0), ("reply", 2.0), ("speech", 180.5), ("other", 10.0)),
+        response_id="resp_1",
+        item_id="item_1",
+        total_ms=812.5,
+        stages=(
+            ("turn_detection", 500.0),
+            ("recognition", 120.0),
+            ("reply", 2.0),
+            ("speech", 180.5),
+            ("other", 10.0),
+        ),
     ),
     SessionUpdated(session_id="sess_1", config=CONFIG),
     SpeechStarted(audio_start_ms=100, item_id="item_u"),
@@ -1421,11 +1509,23 @@ def test_strict_validation_rejects_what_strict_clients_reject() -> None:
     """The check above can fail: unknown types and missing or out-of-literal fields do not pass."""
     for bad in (
         {"type": "no.such", "event_id": "e"},
-        {"type": "conversation.item.input_audio_transcription.completed", "event_id": "e",
-         "item_id": "i", "content_index": 0, "transcript": "t"},
+        {
+            "type": "conversation.item.input_audio_transcription.completed",
+            "event_id": "e",
+            "item_id": "i",
+            "content_index": 0,
+            "transcript": "t",
+        },
         {"type": "output_audio_buffer.cleared", "event_id": "e", "response_id": None},
-        {"type": "response.done", "event_id": "e", "response": {
-            "id": "r", "status": "cancelled", "status_details": {"type": "cancelled", "reason": "superseded"}}},
+        {
+            "type": "response.done",
+            "event_id": "e",
+            "response": {
+                "id": "r",
+                "status": "cancelled",
+                "status_details": {"type": "cancelled", "reason": "superseded"},
+            },
+        },
         {"type": "rate_limits.updated", "event_id": "e", "rate_limits": "none"},
     ):
         with pytest.raises(pydantic.ValidationError):
@@ -1443,7 +1543,12 @@ def test_transcription_usage_is_the_audio_duration() -> None:
 
 def test_rate_limits_updated() -> None:
     wire = ga(RateLimitsUpdated())
-    assert wire == {"type": "rate_limits.updated", "event_id": "evt_3", "server_event_seq": 3, "rate_limits": []}
+    assert wire == {
+        "type": "rate_limits.updated",
+        "event_id": "evt_3",
+        "server_event_seq": 3,
+        "rate_limits": [],
+    }
     assert render(RateLimitsUpdated(), beta=True) == wire
 
 
@@ -1487,14 +1592,23 @@ def test_native_turn_taking_events_in_vllm_omni_shape() -> None:
         **base,
         "type": "response.listen",
         "session_id": "sess_1",
-        "response": {"object": "realtime.response", "status": "listening", "metadata": {"reason": "silence_or_noise"}},
+        "response": {
+            "object": "realtime.response",
+            "status": "listening",
+            "metadata": {"reason": "silence_or_noise"},
+        },
     }
     assert render(ResponseListen(response_id="r", reason=None), duplex=True) == {
         **base,
         "type": "response.listen",
         "session_id": "sess_1",
         "response_id": "r",
-        "response": {"object": "realtime.response", "status": "listening", "metadata": {"reason": None}, "id": "r"},
+        "response": {
+            "object": "realtime.response",
+            "status": "listening",
+            "metadata": {"reason": None},
+            "id": "r",
+        },
     }
     assert render(ResponseSpeak(response_id="r", item_id="i"), duplex=True) == {
         **base,
@@ -1901,7 +2015,9 @@ def test_semantic_vad_renders_in_openai_shape() -> None:
 
 def test_semantic_vad_eagerness_is_echoed_as_sent() -> None:
     # LiveKit's realtime plugin sends eagerness "medium" by default and reads it back.
-    patch = patch_of({"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "medium"}}}})
+    patch = patch_of(
+        {"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "medium"}}}}
+    )
     config = SessionConfig().apply(patch)
     for beta in (False, True):
         session = session_payload(config, session_id="s", beta=beta)
@@ -1965,7 +2081,9 @@ def _configs(draw: st.DrawFn, openai_formats: bool = False) -> SessionConfig:
         output_format=audio_format(),
         turn_detection=turn_detection,
         input_transcription=draw(
-            st.sampled_from([None, InputTranscription(), InputTranscription(model="gpt-4o-transcribe", language="en")])
+            st.sampled_from(
+                [None, InputTranscription(), InputTranscription(model="gpt-4o-transcribe", language="en")]
+            )
         ),
         speed=draw(st.floats(0.25, 1.5)),
     )
@@ -2062,21 +2180,32 @@ def test_resume_events_are_outside_the_numbered_stream_in_vllm_omni_shape() -> N
     """``session.resumed`` carries no ``server_event_seq``: vLLM-Omni's DuplexClient drops an
     event numbered at or below the last one it saw, and with it the rotated resume_token."""
     dialect = RealtimeDialect(session_id="sess_r", beta=False, duplex=True, max_message_bytes=MAX)
-    resumed = json.loads(dialect.render_unsequenced(
-        SessionResumed(session_id="sess_r", config=CONFIG, resume_token="tok2", attachment_generation=2)
-    ))
+    resumed = json.loads(
+        dialect.render_unsequenced(
+            SessionResumed(session_id="sess_r", config=CONFIG, resume_token="tok2", attachment_generation=2)
+        )
+    )
     assert "server_event_seq" not in resumed
     assert {k: resumed[k] for k in ("type", "session_id", "resume_token", "attachment_generation")} == {
-        "type": "session.resumed", "session_id": "sess_r", "resume_token": "tok2", "attachment_generation": 2,
+        "type": "session.resumed",
+        "session_id": "sess_r",
+        "resume_token": "tok2",
+        "attachment_generation": 2,
     }
     assert resumed["session"]["id"] == "sess_r"
-    replaced = json.loads(dialect.render_unsequenced(SessionReplaced(session_id="sess_r", attachment_generation=1)))
+    replaced = json.loads(
+        dialect.render_unsequenced(SessionReplaced(session_id="sess_r", attachment_generation=1))
+    )
     resync = json.loads(dialect.render_unsequenced(SessionResyncRequired(session_id="sess_r")))
     assert {k: v for k, v in replaced.items() if k != "event_id"} == {
-        "type": "session.replaced", "session_id": "sess_r", "attachment_generation": 1,
+        "type": "session.replaced",
+        "session_id": "sess_r",
+        "attachment_generation": 1,
     }
     assert {k: v for k, v in resync.items() if k != "event_id"} == {
-        "type": "session.resync_required", "session_id": "sess_r", "reason": "journal_gap",
+        "type": "session.resync_required",
+        "session_id": "sess_r",
+        "reason": "journal_gap",
     }
     # Each still has an event id of its own.
     assert len({resumed["event_id"], replaced["event_id"], resync["event_id"]}) == 3
@@ -2092,52 +2221,110 @@ def test_session_include_asks_for_the_latency_breakdown_and_refuses_unknown_name
 
 
 def test_function_items_and_response_options_parse() -> None:
-    output = parse({"type": "conversation.item.create", "previous_item_id": "item_fc", "item": {
-        "type": "function_call_output", "call_id": "call_1", "output": '{"temperature": 21}'}})
-    assert output == ConversationItemCreate(
-        item_id=None, role="tool", text="", previous_item_id="item_fc", kind="function_call_output",
-        call_id="call_1", output='{"temperature": 21}',
+    output = parse(
+        {
+            "type": "conversation.item.create",
+            "previous_item_id": "item_fc",
+            "item": {"type": "function_call_output", "call_id": "call_1", "output": '{"temperature": 21}'},
+        }
     )
-    call = parse({"type": "conversation.item.create", "item": {
-        "type": "function_call", "id": "item_h", "call_id": "call_0", "name": "lookup", "arguments": "{}"}})
+    assert output == ConversationItemCreate(
+        item_id=None,
+        role="tool",
+        text="",
+        previous_item_id="item_fc",
+        kind="function_call_output",
+        call_id="call_1",
+        output='{"temperature": 21}',
+    )
+    call = parse(
+        {
+            "type": "conversation.item.create",
+            "item": {
+                "type": "function_call",
+                "id": "item_h",
+                "call_id": "call_0",
+                "name": "lookup",
+                "arguments": "{}",
+            },
+        }
+    )
     assert isinstance(call, ConversationItemCreate)
     assert (call.kind, call.item_id, call.call_id, call.name, call.arguments) == (
-        "function_call", "item_h", "call_0", "lookup", "{}")
-    weather = {"type": "function", "name": "get_weather", "description": "Weather in a city",
-               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
-    create = parse({"type": "response.create", "response": {
-        "conversation": "none", "metadata": {"topic": "x"}, "tools": [weather],
-        "tool_choice": {"type": "function", "name": "get_weather"}, "max_output_tokens": 200,
-        "audio": {"output": {"voice": "marin"}}, "output_modalities": ["text"],
-        "input": [{"type": "item_reference", "id": "item_1"},
-                  {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
-    }})
+        "function_call",
+        "item_h",
+        "call_0",
+        "lookup",
+        "{}",
+    )
+    weather = {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+    create = parse(
+        {
+            "type": "response.create",
+            "response": {
+                "conversation": "none",
+                "metadata": {"topic": "x"},
+                "tools": [weather],
+                "tool_choice": {"type": "function", "name": "get_weather"},
+                "max_output_tokens": 200,
+                "audio": {"output": {"voice": "marin"}},
+                "output_modalities": ["text"],
+                "input": [
+                    {"type": "item_reference", "id": "item_1"},
+                    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                ],
+            },
+        }
+    )
     assert create == ResponseCreate(
         output_modalities=(Modality.TEXT,),
-        tools=(FunctionTool(name="get_weather", description="Weather in a city",
-                            parameters={"type": "object", "properties": {"city": {"type": "string"}}}),),
+        tools=(
+            FunctionTool(
+                name="get_weather",
+                description="Weather in a city",
+                parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+            ),
+        ),
         tool_choice=ToolChoice(mode=ToolChoiceMode.REQUIRED, function="get_weather"),
-        voice="marin", max_output_tokens=200, out_of_band=True, metadata={"topic": "x"},
+        voice="marin",
+        max_output_tokens=200,
+        out_of_band=True,
+        metadata={"topic": "x"},
         input=(ItemSpec(kind="item_reference", item_id="item_1"), ItemSpec(role="user", text="hi")),
     )
     # The beta spelling of the token limit, and "inf".
-    beta = parse({"type": "response.create", "response": {"max_response_output_tokens": "inf", "tool_choice": "none"}})
+    beta = parse(
+        {"type": "response.create", "response": {"max_response_output_tokens": "inf", "tool_choice": "none"}}
+    )
     assert beta == ResponseCreate(tool_choice=ToolChoice(mode=ToolChoiceMode.NONE))
 
 
 def test_session_tools_round_trip_in_both_shapes() -> None:
-    tools = [{"type": "function", "name": "a", "description": "d", "parameters": {"type": "object"}},
-             {"type": "function", "function": {"name": "b"}}]  # the chat-completions nesting, tolerated
+    tools = [
+        {"type": "function", "name": "a", "description": "d", "parameters": {"type": "object"}},
+        {"type": "function", "function": {"name": "b"}},
+    ]  # the chat-completions nesting, tolerated
     patch = patch_of({"tools": tools, "tool_choice": "required"})
-    assert patch.tools == (FunctionTool(name="a", description="d", parameters={"type": "object"}),
-                           FunctionTool(name="b"))
+    assert patch.tools == (
+        FunctionTool(name="a", description="d", parameters={"type": "object"}),
+        FunctionTool(name="b"),
+    )
     assert patch.tool_choice == ToolChoice(mode=ToolChoiceMode.REQUIRED)
     config = SessionConfig().apply(patch)
     for beta in (False, True):
         wire = render(SessionUpdated(session_id="s", config=config), beta=beta)
         assert wire is not None
         assert wire["session"]["tools"][1] == {  # type: ignore[index]
-            "type": "function", "name": "b", "description": "", "parameters": {}}
+            "type": "function",
+            "name": "b",
+            "description": "",
+            "parameters": {},
+        }
         assert wire["session"]["tool_choice"] == "required"  # type: ignore[index]
         validate_server_event(wire, beta=beta)
     with pytest.raises(ProtocolError) as twice:

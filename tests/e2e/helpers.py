@@ -534,7 +534,9 @@ class AnsweredTurn:
     reply_events: list[dict[str, Any]]  # from response.created up to response.done
 
 
-async def wait_answered_turn(log: EventLog, timeout: float, done_timeout: float | None = None) -> AnsweredTurn:
+async def wait_answered_turn(
+    log: EventLog, timeout: float, done_timeout: float | None = None
+) -> AnsweredTurn:
     """Wait for speech_started, speech_stopped, response.created and that response's response.done."""
     i_start, started = await log.wait_for("input_audio_buffer.speech_started", timeout)
     _, stopped = await log.wait_for("input_audio_buffer.speech_stopped", timeout, start=i_start)

@@ -59,6 +59,7 @@ BEFORE_MS, AFTER_MS = 1000, 1000
 # The gateway's default server VAD settings (configs/default.yaml).
 PREFIX_PADDING_MS, SILENCE_DURATION_MS = 300, 500
 
+
 @pytest.fixture(scope="module")
 def gateway(module_gateway_factory: GatewayFactory) -> Gateway:
     return module_gateway_factory.start(
@@ -297,11 +298,15 @@ async def _configure(ws: Any, log: EventLog, out_fmt: str, out_rate: int, *, vad
 
 
 def _stale(log: EventLog, response_id: str, after: int) -> list[str]:
-    return [f"{e['type']} #{i}" for i, e in enumerate(log.events) if i > after and is_delta_of(response_id)(e)]
+    return [
+        f"{e['type']} #{i}" for i, e in enumerate(log.events) if i > after and is_delta_of(response_id)(e)
+    ]
 
 
 @pytest.mark.parametrize(("out_fmt", "out_rate"), OUTPUTS)
-async def test_barge_in_sends_nothing_more_of_the_reply(paced_gateway: Gateway, out_fmt: str, out_rate: int) -> None:
+async def test_barge_in_sends_nothing_more_of_the_reply(
+    paced_gateway: Gateway, out_fmt: str, out_rate: int
+) -> None:
     await _barge_in(paced_gateway, out_fmt, out_rate)
 
 
@@ -343,7 +348,9 @@ async def _barge_in(gw: Gateway, out_fmt: str, out_rate: int) -> None:
             # Everything the gateway sent up to here, including what followed response.done.
             await _round_trip(ws, log)
             stale = _stale(log, response_id, i_speech)
-            assert not stale, f"audio of the interrupted reply after speech_started: {stale}; {log.types(i_speech)}"
+            assert not stale, (
+                f"audio of the interrupted reply after speech_started: {stale}; {log.types(i_speech)}"
+            )
             assert not [e for e in log.events if e["type"] == "error"]
         finally:
             await log.aclose()
@@ -392,14 +399,27 @@ async def test_a_chunk_declared_in_its_own_format_is_converted(gateway: Gateway)
     async with ws_connect(gateway) as ws:
         log = EventLog(ws.recv)
         await log.wait_for("session.created")
-        await send_json(ws, {"type": "session.update", "session": {"type": "realtime",
-                                                                   "audio": {"input": {"turn_detection": None}}}})
+        await send_json(
+            ws,
+            {
+                "type": "session.update",
+                "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}},
+            },
+        )
         await log.wait_for("session.updated")
         ulaw = load_speech(8_000, "g711_ulaw")
         for offset in range(0, len(ulaw), 1600):  # 200 ms chunks, each saying what it is
             chunk = ulaw[offset : offset + 1600]
-            await send_json(ws, {"type": "input_audio_buffer.append", "audio": b64(chunk),
-                                 "format": "g711_ulaw", "sample_rate_hz": 8000, "is_speech": True})
+            await send_json(
+                ws,
+                {
+                    "type": "input_audio_buffer.append",
+                    "audio": b64(chunk),
+                    "format": "g711_ulaw",
+                    "sample_rate_hz": 8000,
+                    "is_speech": True,
+                },
+            )
         await send_json(ws, {"type": "input_audio_buffer.commit", "response_create": True})
         _, done = await log.wait_for("response.done", timeout=20)
         assert not [e for e in log.events if e["type"] == "error"], log.events

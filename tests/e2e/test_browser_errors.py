@@ -84,7 +84,9 @@ def browser_at(
 ) -> Iterator[Page]:
     """Like :func:`tests.e2e.test_browser.chromium`, with flags to vary the browser."""
     flags = [f for f in CHROMIUM_FLAGS if fake_permission_ui or f != "--use-fake-ui-for-media-stream"]
-    with chromium_page(tmp_path, flags=[*flags, *extra_flags], ignore_https_errors=ignore_https_errors) as page:
+    with chromium_page(
+        tmp_path, flags=[*flags, *extra_flags], ignore_https_errors=ignore_https_errors
+    ) as page:
         browser = Page(page)
 
         def on_console(message: Any) -> None:
@@ -453,7 +455,9 @@ def test_unreachable_url_counts_down_offers_retry_and_stops(echo_gateway: Gatewa
 
 
 #: What Chromium logs for the page's own requests to a gateway that has stopped.
-BROWSER_GATEWAY_GONE = re.compile(r"^Failed to load resource: net::ERR_CONNECTION_REFUSED|" + BROWSER_WS_FAILURE.pattern)
+BROWSER_GATEWAY_GONE = re.compile(
+    r"^Failed to load resource: net::ERR_CONNECTION_REFUSED|" + BROWSER_WS_FAILURE.pattern
+)
 
 
 def test_stopped_gateway_is_said_to_be_unreachable_not_a_busy_microphone(
@@ -463,8 +467,11 @@ def test_stopped_gateway_is_said_to_be_unreachable_not_a_busy_microphone(
         page = browser.page
         echo_gateway.stop()  # the page stays open, as after Ctrl-C on the gateway
         page.get_by_role("button", name="Connect").click()
-        browser.wait("document.getElementById('status-bar').innerText.includes('Cannot reach the gateway')", 15,
-                     "the gateway named unreachable")
+        browser.wait(
+            "document.getElementById('status-bar').innerText.includes('Cannot reach the gateway')",
+            15,
+            "the gateway named unreachable",
+        )
         text = browser.notice()
         assert f"Cannot reach the gateway at {echo_gateway.base_url}" in text, text
         assert "microphone" not in text.lower() and "another application" not in text, text

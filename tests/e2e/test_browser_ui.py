@@ -65,7 +65,9 @@ class UiBrowser(Browser):
 
 
 @contextlib.contextmanager
-def ui_browser(tmp_path: Path, url: str, viewport: dict[str, int] = DESKTOP, *, mobile: bool = False) -> Iterator[UiBrowser]:
+def ui_browser(
+    tmp_path: Path, url: str, viewport: dict[str, int] = DESKTOP, *, mobile: bool = False
+) -> Iterator[UiBrowser]:
     """Like :func:`tests.e2e.test_browser.chromium`, at ``viewport``, recording received frames."""
     with chromium_page(tmp_path, viewport=viewport, is_mobile=mobile, has_touch=mobile) as page:
         browser = UiBrowser(page)
@@ -164,7 +166,9 @@ def test_phone_layout_wraps_keeps_connect_and_status_on_screen(echo: Gateway, tm
         assert page.locator("#connect").inner_text() == "Disconnect"
         # An error lands in the status line, right under the top bar, above the fold.
         browser.js("window.__demo.client.send({type: 'no.such.event'})")
-        browser.wait("!document.getElementById('status-bar').hidden", 10, "status line with the gateway's error")
+        browser.wait(
+            "!document.getElementById('status-bar').hidden", 10, "status line with the gateway's error"
+        )
         status = _within_viewport(page, "#status-bar")
         assert status["y"] < connect["y"] + connect["height"] + 40, (status, connect)
         _no_sideways_scroll(page)
@@ -186,7 +190,9 @@ def test_phone_layout_wraps_keeps_connect_and_status_on_screen(echo: Gateway, tm
 # 2. Mute
 
 
-def test_mute_flattens_meter_ends_the_turn_and_outlives_the_idle_timeout(echo: Gateway, tmp_path: Path) -> None:
+def test_mute_flattens_meter_ends_the_turn_and_outlives_the_idle_timeout(
+    echo: Gateway, tmp_path: Path
+) -> None:
     with ui_browser(tmp_path, echo.base_url + "/") as browser:
         page = browser.page
         _connect(browser)
@@ -256,7 +262,9 @@ def test_push_to_talk_switch_clears_stale_state_and_streams_only_while_talking(
         page.select_option("#turn", "none")
         assert page.locator("#threshold").is_disabled() and page.locator("#silence").is_disabled()
         _apply(browser, "applied to the live session")
-        browser.wait("document.getElementById('session-info').textContent.includes('push-to-talk')", 5, "PTT session")
+        browser.wait(
+            "document.getElementById('session-info').textContent.includes('push-to-talk')", 5, "PTT session"
+        )
         _no_stale_turn(browser)
 
         # The buttons are explained.
@@ -279,7 +287,9 @@ def test_push_to_talk_switch_clears_stale_state_and_streams_only_while_talking(
         talk.click()
         assert talk.get_attribute("aria-pressed") == "true"
         browser.wait(
-            f"(window.__demo.sent['input_audio_buffer.append'] || 0) > {appends + 25}", 10, "audio while talking"
+            f"(window.__demo.sent['input_audio_buffer.append'] || 0) > {appends + 25}",
+            10,
+            "audio while talking",
         )
         page.locator("#respond").click()
         assert talk.get_attribute("aria-pressed") == "false"
@@ -332,7 +342,9 @@ def test_settings_confirm_apply_live_offer_engine_voices_and_g711_rate(echo: Gat
         assert browser.sent("session.update") == updates + 1
         update = browser.events("session.updated")[-1]["session"]["audio"]
         fmt = update["input"]["format"]
-        assert fmt["type"] == "audio/pcmu" and fmt.get("rate", 8000) == 8000, update  # G.711 is 8 kHz by definition
+        assert fmt["type"] == "audio/pcmu" and fmt.get("rate", 8000) == 8000, (
+            update
+        )  # G.711 is 8 kHz by definition
         assert "in g711_ulaw 8 kHz" in page.locator("#session-info").inner_text()
         frames = browser.js("window.__demo.stats.framesSent")
         browser.wait(f"window.__demo.stats.framesSent > {frames + 10}", 5, "G.711 audio streaming")
@@ -388,10 +400,13 @@ def test_hint_goes_counters_restart_and_cut_reply_shows_what_was_heard(echo: Gat
         spoken = "".join(
             e["delta"]
             for e in browser.received
-            if e.get("item_id") == item_id and e["type"] in ("response.output_audio_transcript.delta", "response.audio_transcript.delta")
+            if e.get("item_id") == item_id
+            and e["type"] in ("response.output_audio_transcript.delta", "response.audio_transcript.delta")
         )
         assert spoken.startswith("(echo of"), spoken  # the gateway did send the reply's words...
-        kept = [e["item"] for e in browser.events("conversation.item.retrieved") if e["item"]["id"] == item_id]
+        kept = [
+            e["item"] for e in browser.events("conversation.item.retrieved") if e["item"]["id"] == item_id
+        ]
         assert kept and kept[-1]["content"][0].get("transcript", "") == "", kept
         bubble = page.locator(f"#transcript .msg.assistant[data-item-id='{item_id}']")
         browser.wait(
@@ -403,7 +418,11 @@ def test_hint_goes_counters_restart_and_cut_reply_shows_what_was_heard(echo: Gat
         assert "interrupted" in (bubble.get_attribute("class") or "")
         assert bubble.locator(".text").inner_text() == "", bubble.inner_text()
         assert "echo of" not in bubble.inner_text()
-        browser.wait("window.__demo.stats.flushes >= 1 && window.__demo.stats.truncatesSent >= 1", 5, "counted barge-in")
+        browser.wait(
+            "window.__demo.stats.flushes >= 1 && window.__demo.stats.truncatesSent >= 1",
+            5,
+            "counted barge-in",
+        )
         browser.wait("window.__demo.stats.responses >= 1", 10, "counted reply")
 
         # A new session (a refused resume): every per-session counter starts again from zero.
@@ -416,7 +435,15 @@ def test_hint_goes_counters_restart_and_cut_reply_shows_what_was_heard(echo: Gat
             "new session",
         )
         stats = browser.stats()
-        for key in ("flushes", "truncatesSent", "responses", "responsesCancelled", "acksSent", "underruns", "turns"):
+        for key in (
+            "flushes",
+            "truncatesSent",
+            "responses",
+            "responsesCancelled",
+            "acksSent",
+            "underruns",
+            "turns",
+        ):
             assert stats[key] == 0, (key, stats)
         assert stats["lastLatencyMs"] is None and stats["medianLatencyMs"] is None, stats
         assert stats["framesSent"] < 100, stats

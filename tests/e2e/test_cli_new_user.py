@@ -183,8 +183,14 @@ def _one_line_failure(proc: subprocess.CompletedProcess[str], *needles: str) -> 
 
 def _run(args: list[str], cwd: Path = REPO, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(CONSOLE_SCRIPT), *args], cwd=cwd, env=gateway_env(), capture_output=True, text=True,
-        timeout=timeout, stdin=subprocess.DEVNULL, check=False,
+        [str(CONSOLE_SCRIPT), *args],
+        cwd=cwd,
+        env=gateway_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
     )
 
 
@@ -208,7 +214,10 @@ def test_call_reports_bad_files_before_it_connects(tmp_path: Path) -> None:
         "nope.wav": (["nope.wav"], ["no such file", "nope.wav"]),
         "not audio": (["notes.wav"], ["cannot read notes.wav as audio", "Format not recognised"]),
         "a folder": ([str(tmp_path)], ["is a folder"]),
-        "--out into a missing folder": (["ok.wav", "--out", "missing/reply.wav"], ["missing/reply.wav", "no folder"]),
+        "--out into a missing folder": (
+            ["ok.wav", "--out", "missing/reply.wav"],
+            ["missing/reply.wav", "no folder"],
+        ),
         "nothing listening": (["ok.wav"], ["cannot reach the gateway", url, "is it running"]),
     }
     for name, (args, needles) in cases.items():
@@ -264,7 +273,9 @@ async def test_call_commits_the_turn_itself_when_the_gateway_detects_none(
     await gw.wait_sessions(0)
 
 
-async def test_call_with_a_wrong_key_says_the_gateway_refused_it(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
+async def test_call_with_a_wrong_key_says_the_gateway_refused_it(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
     gw = gateway_factory.start({"auth": {"keys": [{"name": "caller", "key": "sk-right"}]}}, name="call-key")
     sf.write(tmp_path / "ok.wav", np.zeros(1600, np.int16), 16000, subtype="PCM_16")
     url = f"{gw.ws_url}/v1/realtime"

@@ -57,8 +57,14 @@ def test_default_config_runs_the_embedded_engine(gateway: Gateway) -> None:
 
 
 def _transcripts(events: list[dict[str, Any]]) -> tuple[list[str], str]:
-    partials = [e["delta"] for e in events if e["type"] == "conversation.item.input_audio_transcription.delta"]
-    finals = [e["transcript"] for e in events if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    partials = [
+        e["delta"] for e in events if e["type"] == "conversation.item.input_audio_transcription.delta"
+    ]
+    finals = [
+        e["transcript"]
+        for e in events
+        if e["type"] == "conversation.item.input_audio_transcription.completed"
+    ]
     return partials, " ".join(finals)
 
 
@@ -100,7 +106,9 @@ async def test_caller_speech_cuts_the_reply_within_one_chunk(gateway: Gateway) -
         await stream_audio(ws, load_speech(24_000) + silence(1200), realtime=True)
         started_at, _ = await log.wait_for("input_audio_buffer.speech_started", start=index)
         _, done = await log.wait_for(
-            lambda e: e["type"] == "response.done" and e["response"]["id"] == response_id, start=index, timeout=10
+            lambda e: e["type"] == "response.done" and e["response"]["id"] == response_id,
+            start=index,
+            timeout=10,
         )
         assert done["response"]["status"] == "cancelled"
         assert done["response"]["status_details"]["reason"] == "turn_detected"
@@ -109,7 +117,9 @@ async def test_caller_speech_cuts_the_reply_within_one_chunk(gateway: Gateway) -
         assert audio_of(log.events[started_at:], response_id) == b""
         # The next turn proceeds: the interruption itself is heard and answered.
         _, second = await log.wait_for(
-            lambda e: e["type"] == "response.done" and e["response"]["id"] != response_id, start=started_at, timeout=30
+            lambda e: e["type"] == "response.done" and e["response"]["id"] != response_id,
+            start=started_at,
+            timeout=30,
         )
         assert second["response"]["status"] == "completed"
         await log.aclose()
@@ -188,9 +198,25 @@ async def test_audio_at_another_rate_is_understood(gateway: Gateway) -> None:
 def test_call_command_gets_a_spoken_reply(gateway: Gateway, tmp_path: Path) -> None:
     out = tmp_path / "reply.wav"
     proc = subprocess.run(
-        [PYTHON, "-m", "duplex_gateway", "call", str(FIXTURE), "--url", gateway.ws_url + "/v1/realtime",
-         "--out", str(out), "--timeout", "40"],
-        cwd=REPO, env=gateway_env(), capture_output=True, text=True, timeout=60, check=False,
+        [
+            PYTHON,
+            "-m",
+            "duplex_gateway",
+            "call",
+            str(FIXTURE),
+            "--url",
+            gateway.ws_url + "/v1/realtime",
+            "--out",
+            str(out),
+            "--timeout",
+            "40",
+        ],
+        cwd=REPO,
+        env=gateway_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     heard = [line for line in proc.stdout.splitlines() if "] you: " in line]

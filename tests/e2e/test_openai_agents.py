@@ -46,11 +46,7 @@ def _user_transcripts(history: list[Any]) -> list[str]:
 
 def _raw_server_events(events: list[Any]) -> list[dict[str, Any]]:
     """The server events as the agents SDK received them, before its own validation."""
-    return [
-        e.data.data
-        for e in events
-        if e.type == "raw_model_event" and e.data.type == "raw_server_event"
-    ]
+    return [e.data.data for e in events if e.type == "raw_model_event" and e.data.type == "raw_server_event"]
 
 
 def _problems(events: list[Any]) -> list[str]:
@@ -66,7 +62,9 @@ def _problems(events: list[Any]) -> list[str]:
 
 async def test_voice_turn_through_a_realtime_agent(gateway: Gateway) -> None:
     runner = RealtimeRunner(RealtimeAgent(name="Assistant", instructions="Answer the caller briefly."))
-    model_config = RealtimeModelConfig(api_key="unused", url=f"{gateway.ws_url}/v1/realtime?model=gpt-realtime")
+    model_config = RealtimeModelConfig(
+        api_key="unused", url=f"{gateway.ws_url}/v1/realtime?model=gpt-realtime"
+    )
     events: list[Any] = []
     history: dict[str, Any] = {}  # as an app sees it, from history_updated / history_added
     reply_audio = bytearray()
@@ -114,7 +112,11 @@ def spoken_turn(text: str, rate: int = 24_000) -> bytes:
     """Silence, ``text`` said by the embedded engine's own Piper voice, silence: one turn for server VAD."""
     synthesizer = PiperSynthesizer.shared()
     speech = np.frombuffer(synthesizer.synthesize(text), dtype="<i2").astype(np.float32) / 32768
-    return silence(800, rate) + encode(soxr.resample(speech, synthesizer.sample_rate, rate)) + silence(1200, rate)
+    return (
+        silence(800, rate)
+        + encode(soxr.resample(speech, synthesizer.sample_rate, rate))
+        + silence(1200, rate)
+    )
 
 
 async def test_a_function_tool_parameter_left_unsaid_takes_its_default(gateway: Gateway) -> None:
@@ -128,7 +130,9 @@ async def test_a_function_tool_parameter_left_unsaid_takes_its_default(gateway: 
         return f"It is sunny and 21 degrees {city}."
 
     agent = RealtimeAgent(name="Assistant", instructions="Answer briefly.", tools=[get_weather])
-    model_config = RealtimeModelConfig(api_key="unused", url=f"{gateway.ws_url}/v1/realtime?model=gpt-realtime")
+    model_config = RealtimeModelConfig(
+        api_key="unused", url=f"{gateway.ws_url}/v1/realtime?model=gpt-realtime"
+    )
     events: list[Any] = []
     async with asyncio.timeout(120):
         session = await RealtimeRunner(agent).run(model_config=model_config)
@@ -140,15 +144,20 @@ async def test_a_function_tool_parameter_left_unsaid_takes_its_default(gateway: 
                 events.append(event)
                 if _problems(events):
                     break
-                if event.type == "raw_model_event" and event.data.type == "raw_server_event" \
-                        and event.data.data.get("type") == "response.done" \
-                        and any(o.get("type") == "message" for o in event.data.data["response"]["output"]):
+                if (
+                    event.type == "raw_model_event"
+                    and event.data.type == "raw_server_event"
+                    and event.data.data.get("type") == "response.done"
+                    and any(o.get("type") == "message" for o in event.data.data["response"]["output"])
+                ):
                     break
             await speaker
 
     assert not _problems(events), _problems(events)
     raw = _raw_server_events(events)
-    heard = [e["transcript"] for e in raw if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    heard = [
+        e["transcript"] for e in raw if e["type"] == "conversation.item.input_audio_transcription.completed"
+    ]
     assert len(heard) == 1 and "weather" in heard[0].lower() and "today" in heard[0].lower(), heard
     starts = [e for e in events if e.type == "tool_start"]
     assert [s.tool.name for s in starts] == ["get_weather"], [e["type"] for e in raw]

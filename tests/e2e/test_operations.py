@@ -54,7 +54,9 @@ def scrape(gw: Gateway) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     }
 
 
-def metric(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float | None:
+def metric(
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float | None:
     return samples.get((name, frozenset(labels.items())))
 
 
@@ -63,7 +65,9 @@ def json_lines(gw: Gateway) -> list[dict[str, Any]]:
     return [json.loads(line) for line in gw.stderr().splitlines() if line.startswith("{")]
 
 
-async def wait_for_log(gw: Gateway, match: Any, count: int = 1, timeout: float = 10.0) -> list[dict[str, Any]]:
+async def wait_for_log(
+    gw: Gateway, match: Any, count: int = 1, timeout: float = 10.0
+) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout
     while True:
         found = [r for r in json_lines(gw) if match(r)]
@@ -72,9 +76,12 @@ async def wait_for_log(gw: Gateway, match: Any, count: int = 1, timeout: float =
         await asyncio.sleep(0.05)
 
 
-async def test_a_session_shows_in_metrics_and_in_one_json_summary_line(gateway_factory: GatewayFactory) -> None:
+async def test_a_session_shows_in_metrics_and_in_one_json_summary_line(
+    gateway_factory: GatewayFactory,
+) -> None:
     gw = gateway_factory.start(
-        {"server": {"web_demo": False, "log_format": "json"}, "engine": {"echo": {"pace": 0}}}, name="ops-metrics"
+        {"server": {"web_demo": False, "log_format": "json"}, "engine": {"echo": {"pace": 0}}},
+        name="ops-metrics",
     )
     turn = speech_turn(before_ms=500, after_ms=1200)
     async with ws_connect(gw) as ws:
@@ -102,14 +109,18 @@ async def test_a_session_shows_in_metrics_and_in_one_json_summary_line(gateway_f
     assert first_audio is not None and speech_end is not None and 0 <= first_audio <= speech_end < 30
     assert metric(samples, "duplex_gateway_replies_total", engine="echo", status="completed") == 1
     assert metric(samples, "duplex_gateway_engine_call_seconds_count", call="open_session") == 1
-    assert metric(samples, "duplex_gateway_engine_call_seconds_count", call="commit_input") == 1  # it asks for the reply
+    assert (
+        metric(samples, "duplex_gateway_engine_call_seconds_count", call="commit_input") == 1
+    )  # it asks for the reply
     assert (metric(samples, "duplex_gateway_engine_call_seconds_count", call="append_audio") or 0) >= 1
     # base64 makes the audio 4/3 as large on the wire, and every message carries its JSON around it.
     bytes_in = metric(samples, "duplex_gateway_client_bytes_total", direction="in") or 0
     assert bytes_in > len(turn) * 4 / 3
     bytes_out = metric(samples, "duplex_gateway_client_bytes_total", direction="out") or 0
     assert bytes_out > 0
-    assert (metric(samples, "duplex_gateway_input_backpressure_seconds_count") or 0) >= len(turn) // FRAME_100MS
+    assert (metric(samples, "duplex_gateway_input_backpressure_seconds_count") or 0) >= len(
+        turn
+    ) // FRAME_100MS
     assert (metric(samples, "duplex_gateway_output_chunk_gap_seconds_count", engine="echo") or 0) >= 1
     assert metric(samples, "duplex_gateway_engine_sessions") == 0
     assert metric(samples, "duplex_gateway_draining") == 0
@@ -146,12 +157,22 @@ async def test_sigterm_drains_live_sessions_then_exits_0(gateway_factory: Gatewa
         ws_connect(gw) as asked,
         ws_connect(gw) as plain,
     ):
-        logs = {name: EventLog(ws.recv) for name, ws in (("replying", replying), ("asked", asked), ("plain", plain))}
+        logs = {
+            name: EventLog(ws.recv)
+            for name, ws in (("replying", replying), ("asked", asked), ("plain", plain))
+        }
         try:
             # A vLLM-Omni duplex client, mid-reply.
-            await send_json(replying, {"type": "session.update", "session": {
-                "type": "realtime", "audio": {"input": {"turn_detection": None}},
-            }})
+            await send_json(
+                replying,
+                {
+                    "type": "session.update",
+                    "session": {
+                        "type": "realtime",
+                        "audio": {"input": {"turn_detection": None}},
+                    },
+                },
+            )
             await logs["replying"].wait_for("session.created", 10)
             for offset in range(0, len(speech), FRAME_100MS):
                 chunk = speech[offset : offset + FRAME_100MS]
@@ -163,9 +184,13 @@ async def test_sigterm_drains_live_sessions_then_exits_0(gateway_factory: Gatewa
             await logs["replying"].wait_for("response.output_audio.delta", 10)
             # A Realtime client that asked for the warning, and one that did not; both idle.
             await logs["asked"].wait_for("session.created", 10)
-            await send_json(asked, {
-                "type": "session.update", "session": {"type": "realtime", "include": ["session.closing"]},
-            })
+            await send_json(
+                asked,
+                {
+                    "type": "session.update",
+                    "session": {"type": "realtime", "include": ["session.closing"]},
+                },
+            )
             await logs["asked"].wait_for("session.updated", 10)
             await logs["plain"].wait_for("session.created", 10)
             assert (await gw.wait_sessions(3))["engine_sessions"] == 3
@@ -204,7 +229,11 @@ async def test_sigterm_drains_live_sessions_then_exits_0(gateway_factory: Gatewa
     assert exit_code == 0, gw.stderr()[-3000:]
     records = json_lines(gw)
     (stopped,) = [r for r in records if r.get("event") == "engine_stopped"]
-    assert stopped["engine_sessions"] == 0 and stopped["engine_sessions_at_shutdown"] == 0 and stopped["sessions"] == 0
+    assert (
+        stopped["engine_sessions"] == 0
+        and stopped["engine_sessions_at_shutdown"] == 0
+        and stopped["sessions"] == 0
+    )
     summaries = [r for r in records if r.get("event") == "session_summary"]
     drained = [s for s in summaries if s["close_reason"] == "server_shutdown"]
     assert len(drained) == 3 and {s["close_code"] for s in drained} == {1001}

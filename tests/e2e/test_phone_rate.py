@@ -67,8 +67,10 @@ def _callers() -> list[tuple[str, str, npt.NDArray[np.float32]]]:
         (PHRASES[5].text, PHRASES[5].load(PHONE_RATE)),
         (PHRASES[9].text, PHRASES[9].load(PHONE_RATE)),
         # A pause inside the turn (shorter than the VAD's silence): one turn, two phrases.
-        (f"{PHRASES[1].text} {PHRASES[14].text}",
-         np.concatenate([PHRASES[1].load(PHONE_RATE), _hiss(0.3, rng), PHRASES[14].load(PHONE_RATE)])),
+        (
+            f"{PHRASES[1].text} {PHRASES[14].text}",
+            np.concatenate([PHRASES[1].load(PHONE_RATE), _hiss(0.3, rng), PHRASES[14].load(PHONE_RATE)]),
+        ),
         (PHRASES[12].text, PHRASES[12].load(PHONE_RATE)),
     ]
     callers = []
@@ -82,22 +84,37 @@ def _callers() -> list[tuple[str, str, npt.NDArray[np.float32]]]:
 def _offline(recognizer: FinalRecognizer, wire: bytes, fmt: str) -> str:
     """What the model hears in the very bytes a caller sent, resampled as the gateway does (soxr HQ)."""
     samples = decode(wire, fmt)
-    return recognizer.transcribe(np.asarray(soxr.resample(samples, PHONE_RATE, 16_000, quality="HQ"), np.float32))
+    return recognizer.transcribe(
+        np.asarray(soxr.resample(samples, PHONE_RATE, 16_000, quality="HQ"), np.float32)
+    )
 
 
 async def _through_gateway(gateway: Gateway, wire: bytes, fmt: str, slots: asyncio.Semaphore) -> str:
     async with slots, ws_connect(gateway) as ws:
         log = EventLog(ws.recv)
         await log.wait_for("session.created")
-        await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime", "audio": {
-            "input": {"format": WIRE_TYPE[fmt], "transcription": {"model": "whisper-1"}},
-        }}}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "session.update",
+                    "session": {
+                        "type": "realtime",
+                        "audio": {
+                            "input": {"format": WIRE_TYPE[fmt], "transcription": {"model": "whisper-1"}},
+                        },
+                    },
+                }
+            )
+        )
         await log.wait_for("session.updated")
         await stream_audio(ws, wire, rate=PHONE_RATE, fmt=fmt, realtime=True)
         _, done = await log.wait_for("response.done", timeout=60)
         assert done["response"]["status"] == "completed", done
-        finals = [e["transcript"] for e in log.events
-                  if e["type"] == "conversation.item.input_audio_transcription.completed"]
+        finals = [
+            e["transcript"]
+            for e in log.events
+            if e["type"] == "conversation.item.input_audio_transcription.completed"
+        ]
         assert len(finals) == 1, f"the caller's one turn was heard as {len(finals)}: {finals}"
         await log.aclose()
         return str(finals[0])

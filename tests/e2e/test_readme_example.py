@@ -55,15 +55,23 @@ def test_the_readme_says_what_to_install_and_where_the_gateway_listens() -> None
     assert "port 8000" in section and "`make run`" in section
 
 
-async def test_the_readme_openai_example_runs_as_printed(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
+async def test_the_readme_openai_example_runs_as_printed(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
     gw = gateway_factory.start({"engine": {"name": "echo"}}, name="readme")
     silence_s = espeak_like_clip(tmp_path / "hello.wav")
     assert silence_s < 0.5, silence_s  # shorter than server VAD's silence_duration_ms
     snippet = readme_snippet()
     (tmp_path / "example.py").write_text(snippet.replace(README_URL, f"{gw.ws_url}/v1"), encoding="utf-8")
     proc = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "example.py"], cwd=tmp_path, env=gateway_env(), capture_output=True,
-        text=True, timeout=60, check=False,
+        subprocess.run,
+        [sys.executable, "example.py"],
+        cwd=tmp_path,
+        env=gateway_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     events = proc.stdout.split()

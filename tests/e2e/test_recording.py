@@ -74,7 +74,9 @@ def log_of(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (folder / "events.jsonl").read_text(encoding="utf-8").splitlines()]
 
 
-async def one_turn(gw: Gateway, *, headers: dict[str, str] | None = None, bad_frame: bool = True) -> tuple[bytes, list]:
+async def one_turn(
+    gw: Gateway, *, headers: dict[str, str] | None = None, bad_frame: bool = True
+) -> tuple[bytes, list]:
     """Connect, say one turn, let the echo answer, close (1000); what was sent and received."""
     turn = speech_turn(before_ms=600, after_ms=900)
     async with ws_connect(gw, additional_headers=headers or {}) as ws:
@@ -94,10 +96,14 @@ async def one_turn(gw: Gateway, *, headers: dict[str, str] | None = None, bad_fr
 
 
 @pytest.fixture(scope="module")
-def recorded(module_gateway_factory: GatewayFactory, tmp_path_factory: pytest.TempPathFactory) -> RecordedCall:
+def recorded(
+    module_gateway_factory: GatewayFactory, tmp_path_factory: pytest.TempPathFactory
+) -> RecordedCall:
     base = tmp_path_factory.mktemp("recorded")
     directory = base / "recordings"
-    gw = module_gateway_factory.start({**BASE_CONFIG, "recording": {"enabled": True, "directory": str(directory)}})
+    gw = module_gateway_factory.start(
+        {**BASE_CONFIG, "recording": {"enabled": True, "directory": str(directory)}}
+    )
     sent, received = asyncio.run(one_turn(gw))
     folders = finished(directory)
     assert len(folders) == 1, list(directory.iterdir())
@@ -154,15 +160,27 @@ def test_the_recording_holds_what_was_said_and_heard(recorded: RecordedCall) -> 
 def replay(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [PYTHON, "-m", "duplex_gateway", "replay", *args],
-        check=False, cwd=REPO, env=gateway_env(), capture_output=True, text=True, timeout=REPLAY_TIMEOUT_S,
+        check=False,
+        cwd=REPO,
+        env=gateway_env(),
+        capture_output=True,
+        text=True,
+        timeout=REPLAY_TIMEOUT_S,
     )
 
 
 def test_replay_against_the_same_engine_is_equal(recorded: RecordedCall, tmp_path: Path) -> None:
     out, kept = tmp_path / "diff.json", tmp_path / "kept"
     result = replay(
-        str(recorded.folder), "--engine", "echo", "--config", str(recorded.config), "--out", str(out),
-        "--keep", str(kept),
+        str(recorded.folder),
+        "--engine",
+        "echo",
+        "--config",
+        str(recorded.config),
+        "--out",
+        str(out),
+        "--keep",
+        str(kept),
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "event sequence: SAME" in result.stdout
@@ -180,7 +198,9 @@ def test_replay_against_the_same_engine_is_equal(recorded: RecordedCall, tmp_pat
 def test_replay_against_another_configuration_differs(recorded: RecordedCall, tmp_path: Path) -> None:
     # Without turn detection nobody ends the caller's turn: no reply, and replay says so.
     config = tmp_path / "no-vad.yaml"
-    config.write_text(yaml.safe_dump({**BASE_CONFIG, "session": {"turn_detection": "none"}}), encoding="utf-8")
+    config.write_text(
+        yaml.safe_dump({**BASE_CONFIG, "session": {"turn_detection": "none"}}), encoding="utf-8"
+    )
     out = tmp_path / "diff.json"
     result = replay(str(recorded.folder), "--engine", "echo", "--config", str(config), "--out", str(out))
     assert result.returncode == 1, result.stdout + result.stderr
@@ -204,13 +224,22 @@ def test_replay_of_a_tampered_recording_differs(recorded: RecordedCall, tmp_path
     assert "-error code=unknown_event" in result.stdout or "-error code=" in result.stdout
 
 
-def test_nothing_is_written_unless_asked_and_a_key_can_ask(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
+def test_nothing_is_written_unless_asked_and_a_key_can_ask(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
     directory = tmp_path / "recordings"
-    gw = gateway_factory.start({
-        **BASE_CONFIG,
-        "recording": {"enabled": False, "directory": str(directory)},
-        "auth": {"keys": [{"name": "recorded", "key": "sk-rec", "record": True}, {"name": "plain", "key": "sk-plain"}]},
-    })
+    gw = gateway_factory.start(
+        {
+            **BASE_CONFIG,
+            "recording": {"enabled": False, "directory": str(directory)},
+            "auth": {
+                "keys": [
+                    {"name": "recorded", "key": "sk-rec", "record": True},
+                    {"name": "plain", "key": "sk-plain"},
+                ]
+            },
+        }
+    )
 
     async def session(key: str) -> None:
         async with ws_connect(gw, additional_headers={"Authorization": f"Bearer {key}"}) as ws:
@@ -232,10 +261,12 @@ def test_nothing_is_written_unless_asked_and_a_key_can_ask(gateway_factory: Gate
 
 def test_retention_deletes_the_oldest(gateway_factory: GatewayFactory, tmp_path: Path) -> None:
     directory = tmp_path / "recordings"
-    gw = gateway_factory.start({
-        **BASE_CONFIG,
-        "recording": {"enabled": True, "directory": str(directory), "retention": {"max_recordings": 2}},
-    })
+    gw = gateway_factory.start(
+        {
+            **BASE_CONFIG,
+            "recording": {"enabled": True, "directory": str(directory), "retention": {"max_recordings": 2}},
+        }
+    )
 
     async def session() -> str:
         async with ws_connect(gw) as ws:

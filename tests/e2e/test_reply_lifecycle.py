@@ -71,7 +71,9 @@ MANUAL_TURNS = {"audio": {"input": {"turn_detection": None}}}
 async def append_speech(ws: Any, seconds: float) -> None:
     speech = load_speech()[: int(24000 * seconds) * 2]
     for offset in range(0, len(speech), FRAME_100MS):
-        await send_json(ws, {"type": "input_audio_buffer.append", "audio": b64(speech[offset : offset + FRAME_100MS])})
+        await send_json(
+            ws, {"type": "input_audio_buffer.append", "audio": b64(speech[offset : offset + FRAME_100MS])}
+        )
 
 
 def errors(log: EventLog, start: int = 0) -> list[dict[str, Any]]:
@@ -182,7 +184,9 @@ async def test_items_are_placed_by_previous_item_id(gw: Gateway) -> None:
             event: dict[str, Any] = {
                 "type": "conversation.item.create",
                 "item": {
-                    "id": item_id, "type": "message", "role": "user",
+                    "id": item_id,
+                    "type": "message",
+                    "role": "user",
                     "content": [{"type": "input_text", "text": item_id}],
                 },
             }
@@ -199,11 +203,17 @@ async def test_items_are_placed_by_previous_item_id(gw: Gateway) -> None:
         await create("item_x", "item_missing", event_id="evt_x")
         _, error = await log.wait_for("error", 5)
         assert error["error"]["code"] == "item_not_found" and error["error"]["event_id"] == "evt_x"
-        added = {e["item"]["id"]: e["previous_item_id"] for e in log.events if e["type"] == "conversation.item.added"}
+        added = {
+            e["item"]["id"]: e["previous_item_id"]
+            for e in log.events
+            if e["type"] == "conversation.item.added"
+        }
         assert added == {"item_a": None, "item_c": "item_a", "item_b": "item_a", "item_0": None}
 
 
-async def test_truncation_past_the_audio_is_clamped_and_the_transcript_follows_what_was_heard(gw: Gateway) -> None:
+async def test_truncation_past_the_audio_is_clamped_and_the_transcript_follows_what_was_heard(
+    gw: Gateway,
+) -> None:
     async with realtime_session(gw, MANUAL_TURNS) as (ws, log):
         await append_speech(ws, 1.0)
         await send_json(ws, {"type": "input_audio_buffer.commit", "response_create": True})
@@ -214,13 +224,19 @@ async def test_truncation_past_the_audio_is_clamped_and_the_transcript_follows_w
         start = len(log.events)
         await send_json(
             ws,
-            {"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0, "audio_end_ms": 60_000},
+            {
+                "type": "conversation.item.truncate",
+                "item_id": item_id,
+                "content_index": 0,
+                "audio_end_ms": 60_000,
+            },
         )
         _, truncated = await log.wait_for("conversation.item.truncated", 5, start=start)
         assert 900 <= truncated["audio_end_ms"] <= 1100, truncated  # all of the ~1 s echo, not 60 s
         # Truncated to nothing heard: the item keeps no words of the reply.
         await send_json(
-            ws, {"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0, "audio_end_ms": 0}
+            ws,
+            {"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0, "audio_end_ms": 0},
         )
         await log.wait_for("conversation.item.truncated", 5, start=start + 1)
         await send_json(ws, {"type": "conversation.item.retrieve", "item_id": item_id})
@@ -230,9 +246,17 @@ async def test_truncation_past_the_audio_is_clamped_and_the_transcript_follows_w
 
 
 async def test_idle_timeout_ms_prompts_a_silent_caller_after_the_reply_has_played(gw: Gateway) -> None:
-    session = {"audio": {"input": {"turn_detection": {
-        "type": "server_vad", "silence_duration_ms": 300, "idle_timeout_ms": 1000,
-    }}}}
+    session = {
+        "audio": {
+            "input": {
+                "turn_detection": {
+                    "type": "server_vad",
+                    "silence_duration_ms": 300,
+                    "idle_timeout_ms": 1000,
+                }
+            }
+        }
+    }
     async with realtime_session(gw, session) as (ws, log):
         turn = silence(300) + load_speech()[: 24000 * 2 * 2] + silence(600)
         await stream_audio(ws, turn, realtime=True)

@@ -105,8 +105,12 @@ async def test_wrong_token_is_refused_and_the_connection_can_start_fresh(gateway
         log = EventLog(second.recv)
         await send_json(
             second,
-            {"type": "session.resume", "session_id": created["session_id"], "resume_token": "forged",
-             "event_id": "r1"},
+            {
+                "type": "session.resume",
+                "session_id": created["session_id"],
+                "resume_token": "forged",
+                "event_id": "r1",
+            },
         )
         _, error = await log.wait_for("error")
         assert error["error"]["code"] == "invalid_resume_token" and error["error"]["event_id"] == "r1"
@@ -138,7 +142,12 @@ async def test_unclaimed_session_ends_after_the_grace_period(gateway: Gateway) -
     # Its credentials are void now.
     async with ws_connect(gateway, "/v1/realtime?resume=1") as late:
         await send_json(
-            late, {"type": "session.resume", "session_id": created["session_id"], "resume_token": created["resume_token"]}
+            late,
+            {
+                "type": "session.resume",
+                "session_id": created["session_id"],
+                "resume_token": created["resume_token"],
+            },
         )
         error = json.loads(await asyncio.wait_for(late.recv(), 5))
         assert error["type"] == "error" and error["error"]["code"] == "invalid_resume_token"

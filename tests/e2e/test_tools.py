@@ -45,7 +45,11 @@ REFUND_TOOL = {
     "type": "function",
     "name": "issue_refund",
     "description": "Refund an order.",
-    "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]},
+    "parameters": {
+        "type": "object",
+        "properties": {"order_id": {"type": "string"}},
+        "required": ["order_id"],
+    },
 }
 
 
@@ -84,12 +88,14 @@ async def test_openai_sdk_calls_a_function_and_hears_a_reply_built_from_its_outp
 ) -> None:
     conn, log = sdk
     await log.wait_for("session.created", 10)
-    await conn.session.update(session={
-        "type": "realtime",
-        "tools": [REFUND_TOOL, WEATHER_TOOL],
-        "tool_choice": "auto",
-        "audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 500}}},
-    })
+    await conn.session.update(
+        session={
+            "type": "realtime",
+            "tools": [REFUND_TOOL, WEATHER_TOOL],
+            "tool_choice": "auto",
+            "audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 500}}},
+        }
+    )
     _, updated = await log.wait_for("session.updated", 10)
     assert [t["name"] for t in updated["session"]["tools"]] == ["issue_refund", "get_weather"]
 
@@ -103,21 +109,30 @@ async def test_openai_sdk_calls_a_function_and_hears_a_reply_built_from_its_outp
     )
     assert done["response"]["status"] == "completed"
     output = done["response"]["output"]
-    assert [(o["type"], o["call_id"], o["status"]) for o in output] == [("function_call", call_id, "completed")]
+    assert [(o["type"], o["call_id"], o["status"]) for o in output] == [
+        ("function_call", call_id, "completed")
+    ]
     # The call came as OpenAI sends one: its item, its arguments streamed, the item done.
     reply_events = [e for e in log.events if e.get("response_id") == response_id]
     added = next(e for e in reply_events if e["type"] == "response.output_item.added")
     assert added["item"]["type"] == "function_call" and added["item"]["id"] == call_item_id
-    deltas = "".join(e["delta"] for e in reply_events if e["type"] == "response.function_call_arguments.delta")
+    deltas = "".join(
+        e["delta"] for e in reply_events if e["type"] == "response.function_call_arguments.delta"
+    )
     assert json.loads(deltas) == {"city": "Boston"}
-    assert any(e["type"] == "response.output_item.done" and e["item"]["id"] == call_item_id for e in reply_events)
+    assert any(
+        e["type"] == "response.output_item.done" and e["item"]["id"] == call_item_id for e in reply_events
+    )
     # No audio was made for a reply that only calls a function.
     assert not [e for e in reply_events if e["type"] == "response.output_audio.delta"]
 
-    await conn.conversation.item.create(item={
-        "type": "function_call_output", "call_id": call_id,
-        "output": json.dumps({"forecast": "sunny", "high_fahrenheit": 72}),
-    })
+    await conn.conversation.item.create(
+        item={
+            "type": "function_call_output",
+            "call_id": call_id,
+            "output": json.dumps({"forecast": "sunny", "high_fahrenheit": 72}),
+        }
+    )
     i_item, item_added = await log.wait_for("conversation.item.added", 10, start=i_args)
     while item_added["item"]["type"] != "function_call_output":
         i_item, item_added = await log.wait_for("conversation.item.added", 10, start=i_item + 1)
@@ -148,12 +163,16 @@ async def test_realtime_agent_runs_its_function_tool_and_speaks_the_result(gatew
         return f"It will be sunny and 72 degrees in {city}."
 
     agent = RealtimeAgent(name="Assistant", instructions="Answer briefly.", tools=[get_weather])
-    model_config = RealtimeModelConfig(api_key="unused", url=f"{gateway.ws_url}/v1/realtime?model=gpt-realtime")
+    model_config = RealtimeModelConfig(
+        api_key="unused", url=f"{gateway.ws_url}/v1/realtime?model=gpt-realtime"
+    )
     events: list[Any] = []
     async with asyncio.timeout(120):
         session = await RealtimeRunner(agent).run(model_config=model_config)
         async with session:
-            speaker = asyncio.create_task(stream_audio(None, weather_turn(), send=session.send_audio, realtime=True))
+            speaker = asyncio.create_task(
+                stream_audio(None, weather_turn(), send=session.send_audio, realtime=True)
+            )
             tool_done = False
             async for event in session:
                 events.append(event)
@@ -161,13 +180,19 @@ async def test_realtime_agent_runs_its_function_tool_and_speaks_the_result(gatew
                 problems = [e for e in events if e.type == "error"]
                 if problems:
                     break
-                if tool_done and event.type == "raw_model_event" and event.data.type == "raw_server_event" \
-                        and event.data.data.get("type") == "response.done" \
-                        and any(o.get("type") == "message" for o in event.data.data["response"]["output"]):
+                if (
+                    tool_done
+                    and event.type == "raw_model_event"
+                    and event.data.type == "raw_server_event"
+                    and event.data.data.get("type") == "response.done"
+                    and any(o.get("type") == "message" for o in event.data.data["response"]["output"])
+                ):
                     break
             await speaker
 
-    assert not [e for e in events if e.type == "error"], [str(e.error)[:400] for e in events if e.type == "error"]
+    assert not [e for e in events if e.type == "error"], [
+        str(e.error)[:400] for e in events if e.type == "error"
+    ]
     starts = [e for e in events if e.type == "tool_start"]
     assert [s.tool.name for s in starts] == ["get_weather"]
     assert json.loads(starts[0].arguments) == {"city": "Boston"}
@@ -182,23 +207,56 @@ async def test_an_out_of_band_reply_runs_beside_the_reply_in_progress(gateway: G
         log = EventLog(ws.recv)
         try:
             await log.wait_for("session.created", 10)
-            await ws.send(json.dumps({"type": "session.update", "session": {
-                "type": "realtime", "audio": {"input": {"turn_detection": None}}}}))
+            await ws.send(
+                json.dumps(
+                    {
+                        "type": "session.update",
+                        "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}},
+                    }
+                )
+            )
             await log.wait_for("session.updated", 10)
-            await ws.send(json.dumps({"type": "conversation.item.create", "item": {
-                "type": "message", "role": "user",
-                "content": [{"type": "input_text", "text": "Please read me the weather report for Tuesday morning."}],
-            }}))
+            await ws.send(
+                json.dumps(
+                    {
+                        "type": "conversation.item.create",
+                        "item": {
+                            "type": "message",
+                            "role": "user",
+                            "content": [
+                                {
+                                    "type": "input_text",
+                                    "text": "Please read me the weather report for Tuesday morning.",
+                                }
+                            ],
+                        },
+                    }
+                )
+            )
             await ws.send(json.dumps({"type": "response.create"}))
             _, main = await log.wait_for("response.created", 10)
             main_id = main["response"]["id"]
             await log.wait_for("response.output_audio.delta", 30)
             # While the caller hears that reply, ask for a text classification outside the conversation.
-            await ws.send(json.dumps({"type": "response.create", "response": {
-                "conversation": "none", "output_modalities": ["text"], "metadata": {"purpose": "classify"},
-                "input": [{"type": "message", "role": "user",
-                           "content": [{"type": "input_text", "text": "Is this caller happy?"}]}],
-            }}))
+            await ws.send(
+                json.dumps(
+                    {
+                        "type": "response.create",
+                        "response": {
+                            "conversation": "none",
+                            "output_modalities": ["text"],
+                            "metadata": {"purpose": "classify"},
+                            "input": [
+                                {
+                                    "type": "message",
+                                    "role": "user",
+                                    "content": [{"type": "input_text", "text": "Is this caller happy?"}],
+                                }
+                            ],
+                        },
+                    }
+                )
+            )
             _, side = await log.wait_for(
                 lambda e: e["type"] == "response.created" and e["response"]["id"] != main_id, 10
             )

@@ -44,7 +44,9 @@ async def _speak_two_turns(ws: Any, log: EventLog) -> list[str]:
     finals: list[str] = []
     start = 0
     for _ in range(2):
-        start, event = await log.wait_for("conversation.item.input_audio_transcription.completed", 30, start=start)
+        start, event = await log.wait_for(
+            "conversation.item.input_audio_transcription.completed", 30, start=start
+        )
         finals.append(event["transcript"])
         start += 1
     return finals
@@ -90,21 +92,31 @@ async def test_a_transcription_session_by_session_update_echoes_its_settings(gat
         log = EventLog(ws.recv)
         await log.wait_for("session.created", 5)
         asked = {"model": "gpt-4o-transcribe", "language": "en", "prompt": "weather, Tuesday"}
-        await ws.send(json.dumps({
-            "type": "session.update",
-            "session": {
-                "type": "transcription",
-                "audio": {"input": {
-                    "format": {"type": "audio/pcmu"},
-                    "transcription": asked,
-                    "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
-                }},
-            },
-        }))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "session.update",
+                    "session": {
+                        "type": "transcription",
+                        "audio": {
+                            "input": {
+                                "format": {"type": "audio/pcmu"},
+                                "transcription": asked,
+                                "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
+                            }
+                        },
+                    },
+                }
+            )
+        )
         _, updated = await log.wait_for("session.updated", 5)
         assert updated["session"]["audio"]["input"]["transcription"] == asked
         # Telephone-band μ-law, as a phone bridge would send it.
-        turn = silence(600, 8000, "g711_ulaw") + load_speech(8000, "g711_ulaw") + silence(1000, 8000, "g711_ulaw")
+        turn = (
+            silence(600, 8000, "g711_ulaw")
+            + load_speech(8000, "g711_ulaw")
+            + silence(1000, 8000, "g711_ulaw")
+        )
         await stream_audio(ws, turn, realtime=True, rate=8000, fmt="g711_ulaw")
         _, event = await log.wait_for("conversation.item.input_audio_transcription.completed", 30)
         assert wer(SAID, event["transcript"]) <= 0.3, event["transcript"]

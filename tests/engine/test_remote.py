@@ -147,10 +147,18 @@ def test_an_update_sends_only_what_changed_and_is_taken_when_the_backend_answers
     w.receive({"type": "session.updated", "session": {}})
     assert w.take_update_answers() == [(update["event_id"], None)]
     # A refused update: the backend's error about it is the answer, not an engine error.
-    refused = w.session_update(replace(config, instructions="b", temperature=0.5, voice="alloy"), initial=False)
+    refused = w.session_update(
+        replace(config, instructions="b", temperature=0.5, voice="alloy"), initial=False
+    )
     assert refused is not None and refused["session"] == {"voice": "alloy"}
-    error = {"type": "error", "error": {"code": "voice_update_after_audio_unsupported", "message": "no",
-                                        "event_id": refused["event_id"]}}
+    error = {
+        "type": "error",
+        "error": {
+            "code": "voice_update_after_audio_unsupported",
+            "message": "no",
+            "event_id": refused["event_id"],
+        },
+    }
     assert w.receive(error) == []
     ((event_id, refusal),) = w.take_update_answers()
     assert event_id == refused["event_id"] and isinstance(refusal, port.EngineRefused)
@@ -247,10 +255,14 @@ def test_errors_about_a_refused_create_or_a_late_cancel() -> None:
     assert w.receive(refusal) == [
         port.EngineError(code="conversation_already_has_active_response", message="busy"),
         # The gateway's reply "g" will never start: it ends here, so the session is not left waiting.
-        port.EngineResponseDone(response_id="g", status="failed", reason="conversation_already_has_active_response"),
+        port.EngineResponseDone(
+            response_id="g", status="failed", reason="conversation_already_has_active_response"
+        ),
     ]
     w.commit(item_id="i", response_id="resp_for_i")
-    assert w.receive(created("r2")) == [port.EngineResponseStarted(response_id="resp_for_i")]  # not taken for "g"
+    assert w.receive(created("r2")) == [
+        port.EngineResponseStarted(response_id="resp_for_i")
+    ]  # not taken for "g"
     (cancel,) = w.cancel_response("resp_for_i")
     late = {
         "type": "error",
@@ -274,7 +286,9 @@ def test_vllm_omni_gets_unreported_playback_acknowledged_at_the_next_commit_or_r
     w.receive(created("r_i2"))
     w.receive(done("r_i2"))  # a reply without audio: nothing to play, nothing to acknowledge
     # Acknowledged once: a response.create after it sends no second ack.
-    assert [e["type"] for e in w.create_response(response_id="resp_x", instructions=None)] == ["response.create"]
+    assert [e["type"] for e in w.create_response(response_id="resp_x", instructions=None)] == [
+        "response.create"
+    ]
     # ...and an unreported reply is acknowledged before a response.create too.
     w.receive(created("r2"))
     w.receive(audio_delta("r2", bytes(4800), metadata={"audio_duration_ms": 100}))
@@ -338,14 +352,23 @@ def test_a_reply_the_client_never_reports_is_acknowledged_at_the_commit_before_t
         audio = w.append_audio(bytes(320))
         out = w.commit(item_id=f"i{turn}", response_id=f"resp_{turn}")
         if turn == 0:
-            assert (_types(audio), _types(out)) == (["input_audio_buffer.append"], ["input_audio_buffer.commit"])
+            assert (_types(audio), _types(out)) == (
+                ["input_audio_buffer.append"],
+                ["input_audio_buffer.commit"],
+            )
         else:
             assert audio == []
-            assert _types(out) == ["playback.ack", "input_audio_buffer.append", "input_audio_buffer.commit"], turn
+            assert _types(out) == [
+                "playback.ack",
+                "input_audio_buffer.append",
+                "input_audio_buffer.commit",
+            ], turn
             assert out[0]["response_id"] == f"r{turn - 1}"
         w.receive(created(f"r{turn}"))
         w.receive(audio_delta(f"r{turn}", bytes(4800)))
-        assert w.receive(done(f"r{turn}"))[-1] == port.EngineResponseDone(response_id=f"resp_{turn}", status="completed")
+        assert w.receive(done(f"r{turn}"))[-1] == port.EngineResponseDone(
+            response_id=f"resp_{turn}", status="completed"
+        )
         assert w.take_outgoing() == []
 
 
@@ -415,7 +438,9 @@ def test_a_response_create_vllm_omni_refuses_without_naming_it_ends_that_reply()
             code="response_create_without_input",
             message="Duplex response.create requires committed audio to answer.",
         ),
-        port.EngineResponseDone(response_id="resp_1", status="failed", reason="response_create_without_input"),
+        port.EngineResponseDone(
+            response_id="resp_1", status="failed", reason="response_create_without_input"
+        ),
     ]
     # The backend is free again: the caller's next turn is not held behind a reply that never came.
     assert _types(w.append_audio(bytes(320))) == ["input_audio_buffer.append"]
@@ -441,14 +466,18 @@ def test_a_truncate_is_vllm_omnis_truncate_of_the_reply_item_and_takes_the_place
     # The reply is accounted for: the next turn carries no full-length ack.
     assert [e["type"] for e in w.commit(item_id="i2", response_id=None)] == ["input_audio_buffer.commit"]
     # A backend error about the truncate concerns a reply the gateway already closed out.
-    assert w.receive({"type": "error", "error": {"code": "bad_event", "event_id": truncate["event_id"]}}) == []
+    assert (
+        w.receive({"type": "error", "error": {"code": "bad_event", "event_id": truncate["event_id"]}}) == []
+    )
     # A gateway backend hears of it as playback.
     g = wire()
     g.commit(item_id="i1", response_id="resp_for_i1")
     g.receive(created("r1"))
     g.receive(audio_delta("r1", bytes(4800)))
     g.receive(done("r1"))
-    assert [e["type"] for e in g.truncate_reply(response_id="resp_for_i1", audio_end_ms=50)] == ["playback.ack"]
+    assert [e["type"] for e in g.truncate_reply(response_id="resp_for_i1", audio_end_ms=50)] == [
+        "playback.ack"
+    ]
 
 
 def test_input_transcripts_name_the_gateway_turn() -> None:
@@ -498,7 +527,11 @@ def test_native_turn_taking_passes_through() -> None:
     listen = {
         "type": "response.listen",
         "session_id": "s",
-        "response": {"object": "realtime.response", "status": "listening", "metadata": {"reason": "silence_or_noise"}},
+        "response": {
+            "object": "realtime.response",
+            "status": "listening",
+            "metadata": {"reason": "silence_or_noise"},
+        },
     }
     assert w.receive(listen) == [port.EngineListen(response_id=None, reason="silence_or_noise")]
     overlap = {"type": "overlap.decision", "policy": "listen_only", "action": "listen", "reason": "short_ack"}
@@ -509,7 +542,11 @@ def test_native_turn_taking_passes_through() -> None:
     assert [(e["type"], e.get("text")) for e in w.append_text("hello")] == [("input.text.append", "hello")]
     assert [e["type"] for e in w.cancel_input()] == ["input.cancel"]
     (signal,) = w.signal_turn("user_started", {"at_ms": 5})
-    assert (signal["type"], signal["event"], signal["payload"]) == ("turn.signal", "user_started", {"at_ms": 5})
+    assert (signal["type"], signal["event"], signal["payload"]) == (
+        "turn.signal",
+        "user_started",
+        {"at_ms": 5},
+    )
     (append,) = w.append_audio(bytes(320), is_speech=False, hints={"rms": 0.0})
     assert (append["is_speech"], append["hints"]) == (False, {"rms": 0.0})
     (plain,) = w.append_audio(bytes(320))
@@ -554,20 +591,48 @@ def omni_call(response_id: str, call_id: str, name: str, arguments: str) -> list
     sends it (``to_realtime()``); the ``...arguments.done`` event names no function.
     """
     item_id = f"item_{call_id}"
-    item = {"id": item_id, "object": "realtime.item", "type": "function_call", "status": "completed",
-            "name": name, "call_id": call_id, "arguments": arguments}
-    response = {"id": response_id, "object": "realtime.response", "status": "completed",
-                "status_details": {"type": "completed", "reason": "completed"}, "output": [item], "metadata": {}}
+    item = {
+        "id": item_id,
+        "object": "realtime.item",
+        "type": "function_call",
+        "status": "completed",
+        "name": name,
+        "call_id": call_id,
+        "arguments": arguments,
+    }
+    response = {
+        "id": response_id,
+        "object": "realtime.response",
+        "status": "completed",
+        "status_details": {"type": "completed", "reason": "completed"},
+        "output": [item],
+        "metadata": {},
+    }
     return [
-        {"type": "response.created", "response": {**response, "status": "in_progress", "output": []},
-         "response_id": response_id},
+        {
+            "type": "response.created",
+            "response": {**response, "status": "in_progress", "output": []},
+            "response_id": response_id,
+        },
         {"type": "conversation.item.added", "previous_item_id": "item_prev", "item": item},
         {"type": "conversation.item.created", "previous_item_id": "item_prev", "item": item},
         {"type": "response.output_item.added", "response_id": response_id, "output_index": 0, "item": item},
-        {"type": "response.function_call_arguments.delta", "response_id": response_id, "item_id": item_id,
-         "output_index": 0, "call_id": call_id, "delta": arguments},
-        {"type": "response.function_call_arguments.done", "response_id": response_id, "item_id": item_id,
-         "output_index": 0, "call_id": call_id, "arguments": arguments},
+        {
+            "type": "response.function_call_arguments.delta",
+            "response_id": response_id,
+            "item_id": item_id,
+            "output_index": 0,
+            "call_id": call_id,
+            "delta": arguments,
+        },
+        {
+            "type": "response.function_call_arguments.done",
+            "response_id": response_id,
+            "item_id": item_id,
+            "output_index": 0,
+            "call_id": call_id,
+            "arguments": arguments,
+        },
         {"type": "response.output_item.done", "response_id": response_id, "output_index": 0, "item": item},
         {"type": "conversation.item.done", "previous_item_id": "item_prev", "item": item},
         {"type": "response.done", "response": response, "response_id": response_id},
@@ -585,7 +650,9 @@ def test_session_tools_go_to_the_backend_and_an_update_that_drops_them_sends_nul
         opening = w.session_update(config, initial=True)
         assert opening is not None
         # Where vLLM-Omni reads them (it keeps them as extra_body.realtime_tools / _tool_choice).
-        assert opening["session"]["tools"] == [WEATHER_WIRE] and opening["session"]["tool_choice"] == "required"
+        assert (
+            opening["session"]["tools"] == [WEATHER_WIRE] and opening["session"]["tool_choice"] == "required"
+        )
         w.receive({"type": "session.updated", "session": {}})
         forced = replace(config, tool_choice=ToolChoice(mode=ToolChoiceMode.REQUIRED, function="get_weather"))
         update = w.session_update(forced, initial=False)
@@ -645,7 +712,9 @@ def test_a_call_of_a_cancelled_reply_is_dropped_and_one_with_no_reply_in_progres
     out = receive_all(w, omni_call("resp_own", "call_2", "get_weather", "{}"))
     assert out == [
         port.EngineResponseStarted(response_id="resp_own"),
-        port.EngineFunctionCallDelta(response_id="resp_own", call_id="call_2", name="get_weather", delta="{}"),
+        port.EngineFunctionCallDelta(
+            response_id="resp_own", call_id="call_2", name="get_weather", delta="{}"
+        ),
         port.EngineFunctionCall(response_id="resp_own", call_id="call_2", name="get_weather", arguments="{}"),
         port.EngineResponseDone(response_id="resp_own", status="completed", reason="completed"),
     ]
@@ -669,23 +738,58 @@ def test_a_gateway_backend_streams_calls_in_the_reply_and_reports_token_usage() 
     w.session_update(SessionConfig(tools=(WEATHER,)), initial=True)
     w.create_response(response_id="resp_gw", instructions=None)
     w.receive(created("b1"))
-    item = {"id": "item_9", "type": "function_call", "status": "in_progress", "call_id": "c1",
-            "name": "get_weather", "arguments": ""}
-    out = receive_all(w, [
-        {"type": "response.output_item.added", "response_id": "b1", "output_index": 0, "item": item},
-        {"type": "response.function_call_arguments.delta", "response_id": "b1", "item_id": "item_9",
-         "call_id": "c1", "delta": '{"ci'},
-        {"type": "response.function_call_arguments.delta", "response_id": "b1", "item_id": "item_9",
-         "call_id": "c1", "delta": 'ty":"Oslo"}'},
-        {"type": "response.function_call_arguments.done", "response_id": "b1", "item_id": "item_9",
-         "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Oslo"}'},
-        {"type": "response.done", "response": {"id": "b1", "status": "completed",
-                                               "usage": {"input_tokens": 12, "output_tokens": 5}}},
-    ])
+    item = {
+        "id": "item_9",
+        "type": "function_call",
+        "status": "in_progress",
+        "call_id": "c1",
+        "name": "get_weather",
+        "arguments": "",
+    }
+    out = receive_all(
+        w,
+        [
+            {"type": "response.output_item.added", "response_id": "b1", "output_index": 0, "item": item},
+            {
+                "type": "response.function_call_arguments.delta",
+                "response_id": "b1",
+                "item_id": "item_9",
+                "call_id": "c1",
+                "delta": '{"ci',
+            },
+            {
+                "type": "response.function_call_arguments.delta",
+                "response_id": "b1",
+                "item_id": "item_9",
+                "call_id": "c1",
+                "delta": 'ty":"Oslo"}',
+            },
+            {
+                "type": "response.function_call_arguments.done",
+                "response_id": "b1",
+                "item_id": "item_9",
+                "call_id": "c1",
+                "name": "get_weather",
+                "arguments": '{"city":"Oslo"}',
+            },
+            {
+                "type": "response.done",
+                "response": {
+                    "id": "b1",
+                    "status": "completed",
+                    "usage": {"input_tokens": 12, "output_tokens": 5},
+                },
+            },
+        ],
+    )
     assert out == [
         port.EngineFunctionCallDelta(response_id="resp_gw", call_id="c1", name="get_weather", delta='{"ci'),
-        port.EngineFunctionCallDelta(response_id="resp_gw", call_id="c1", name="get_weather", delta='ty":"Oslo"}'),
-        port.EngineFunctionCall(response_id="resp_gw", call_id="c1", name="get_weather", arguments='{"city":"Oslo"}'),
+        port.EngineFunctionCallDelta(
+            response_id="resp_gw", call_id="c1", name="get_weather", delta='ty":"Oslo"}'
+        ),
+        port.EngineFunctionCall(
+            response_id="resp_gw", call_id="c1", name="get_weather", arguments='{"city":"Oslo"}'
+        ),
         port.EngineResponseDone(response_id="resp_gw", status="completed", input_tokens=12, output_tokens=5),
     ]
 
@@ -695,14 +799,28 @@ def test_a_replayed_call_and_its_output_are_items_the_client_can_delete() -> Non
     (call,) = w.add_function_call(
         item_id="item_c", call_id="c1", name="get_weather", arguments="{}", previous_item_id="item_a"
     )
-    assert call["item"] == {"id": "item_c", "type": "function_call", "status": "completed", "call_id": "c1",
-                            "name": "get_weather", "arguments": "{}"}
+    assert call["item"] == {
+        "id": "item_c",
+        "type": "function_call",
+        "status": "completed",
+        "call_id": "c1",
+        "name": "get_weather",
+        "arguments": "{}",
+    }
     assert call["previous_item_id"] == "item_a"
     (sent,) = w.add_function_output(item_id="item_o", call_id="c1", output="ok")
     # Refused (vLLM-Omni knows no such call): the client hears of it, and nothing is waited for.
-    refusal = {"type": "error", "error": {"code": "invalid_function_call_output", "message": "no such call",
-                                          "event_id": sent["event_id"]}}
-    assert w.receive(refusal) == [port.EngineError(code="invalid_function_call_output", message="no such call")]
+    refusal = {
+        "type": "error",
+        "error": {
+            "code": "invalid_function_call_output",
+            "message": "no such call",
+            "event_id": sent["event_id"],
+        },
+    }
+    assert w.receive(refusal) == [
+        port.EngineError(code="invalid_function_call_output", message="no such call")
+    ]
     assert not w.outputs_pending
     assert [e["item_id"] for i in ("item_c", "item_o") for e in w.delete_item(i)] == ["item_c", "item_o"]
     # A gateway backend has no such continuation to wait for.
@@ -855,7 +973,9 @@ async def say(session: port.EngineSession, pcm: bytes, *, respond: bool = True) 
     """Stream a turn (20 ms chunks, as fast as it goes) and commit it."""
     for offset in range(0, len(pcm), 640):
         await session.append_audio(pcm[offset : offset + 640])
-    await session.commit(item_id=f"item_{time.monotonic_ns()}", response_id=f"resp_{time.monotonic_ns()}" if respond else None)
+    await session.commit(
+        item_id=f"item_{time.monotonic_ns()}", response_id=f"resp_{time.monotonic_ns()}" if respond else None
+    )
 
 
 @pytest.fixture

@@ -37,5 +37,7 @@ def test_reading_the_specs_loads_no_engine() -> None:
         "             and not m.endswith(('.spec', '_spec', '.port', '.echo', '.event_queue', '.registry',\n"
         "                                 '.embedded', '.remote'))))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert result.stdout.strip() == "[]"

@@ -99,7 +99,9 @@ def _write_mp4(path: Path, pcm: bytes) -> None:
         for packet in video.encode():
             out.mux(packet)
         for offset in range(0, samples.size, 1024):
-            frame = av.AudioFrame.from_ndarray(samples[offset : offset + 1024].reshape(1, -1), format="flt", layout="mono")
+            frame = av.AudioFrame.from_ndarray(
+                samples[offset : offset + 1024].reshape(1, -1), format="flt", layout="mono"
+            )
             frame.sample_rate, frame.pts = RATE, offset
             for packet in audio.encode(frame):
                 out.mux(packet)
@@ -116,7 +118,10 @@ def _write_tokenizer(root: Path) -> None:
     tokenizer.save(str(root / "tokenizer.json"))
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "unk_token": "[UNK]", "pad_token": "[PAD]", "bos_token": "<s>", "eos_token": "</s>",
+        "unk_token": "[UNK]",
+        "pad_token": "[PAD]",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
         "model_max_length": 4096,
     }
     (root / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
@@ -132,8 +137,14 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     _write_mp4(clip, pcm)
     # Omni-DuplexEval: one row of a manifest, in one of its real-time splits.
     manifest = root / "duplex_eval.jsonl"
-    row = {"id": "clip1", "split": "RTD_OCR", "video": str(clip), "question_audio": str(question),
-           "question_text": "What is on the screen?", "video_duration": float(CLIP_S)}
+    row = {
+        "id": "clip1",
+        "split": "RTD_OCR",
+        "video": str(clip),
+        "question_audio": str(question),
+        "question_text": "What is on the screen?",
+        "video_duration": float(CLIP_S),
+    }
     manifest.write_text(json.dumps(row) + "\n", encoding="utf-8")
     # OmniInteract: one session of its 1q1a subset (a mapping, the video, its annotation).
     subset = root / "omniinteract" / "1q1a"
@@ -142,8 +153,11 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     shutil.copy(clip, subset / "videos" / "clip1.mp4")
     annotation = {"conversations": [{"question_type": "realtime", "question": "What is on the screen?"}]}
     (subset / "annotations" / "clip1.json").write_text(json.dumps(annotation), encoding="utf-8")
-    mapping = {"entries": [{"video": "videos/clip1.mp4", "annotation": "annotations/clip1.json",
-                            "scene_type": "multi_turn"}]}
+    mapping = {
+        "entries": [
+            {"video": "videos/clip1.mp4", "annotation": "annotations/clip1.json", "scene_type": "multi_turn"}
+        ]
+    }
     (subset / "video_json_map.json").write_text(json.dumps(mapping), encoding="utf-8")
     tokenizer = root / "tokenizer"
     _write_tokenizer(tokenizer)
@@ -203,8 +217,12 @@ def target(
         else:
             calls = request.getfixturevalue("calls_path")
             gateway = start_omni_gateway(
-                factory, engine="vllm-omni", omni_factory="tests.omni.fake_stage:duplex_omni", calls=calls,
-                name="vllm-omni", config=settings,
+                factory,
+                engine="vllm-omni",
+                omni_factory="tests.omni.fake_stage:duplex_omni",
+                calls=calls,
+                name="vllm-omni",
+                config=settings,
             )
         targets[engine] = Target(engine, f"127.0.0.1:{gateway.port}", recordings, calls)
     return targets[engine]
@@ -216,16 +234,49 @@ def target(
 def _tool_command(tool: str, target: Target, data: Dataset, out: Path) -> list[str]:
     if tool == "omni-duplex-eval":
         return [
-            str(VLLM_OMNI), "bench", "omni-duplex-eval", "--omni", "generate",
-            "--url", f"ws://{target.url}/v1/realtime?duplex=1", "--dataset", str(data.manifest),
-            "--model", MODEL, "--ref-audio", str(data.question_wav), "--response-root", str(out),
+            str(VLLM_OMNI),
+            "bench",
+            "omni-duplex-eval",
+            "--omni",
+            "generate",
+            "--url",
+            f"ws://{target.url}/v1/realtime?duplex=1",
+            "--dataset",
+            str(data.manifest),
+            "--model",
+            MODEL,
+            "--ref-audio",
+            str(data.question_wav),
+            "--response-root",
+            str(out),
         ]
     return [
-        str(VLLM_OMNI), "bench", "serve", "--omni", "--backend", "openai-realtime-duplex",
-        "--dataset-name", "omniinteract", "--dataset-path", str(data.omniinteract), "--omniinteract-subsets", "1q1a",
-        "--base-url", f"http://{target.url}", "--endpoint", "/v1/realtime", "--model", MODEL,
-        "--tokenizer", str(data.tokenizer), "--omniinteract-ref-audio", str(data.question_wav),
-        "--omniinteract-output-dir", str(out), "--num-prompts", "1",
+        str(VLLM_OMNI),
+        "bench",
+        "serve",
+        "--omni",
+        "--backend",
+        "openai-realtime-duplex",
+        "--dataset-name",
+        "omniinteract",
+        "--dataset-path",
+        str(data.omniinteract),
+        "--omniinteract-subsets",
+        "1q1a",
+        "--base-url",
+        f"http://{target.url}",
+        "--endpoint",
+        "/v1/realtime",
+        "--model",
+        MODEL,
+        "--tokenizer",
+        str(data.tokenizer),
+        "--omniinteract-ref-audio",
+        str(data.question_wav),
+        "--omniinteract-output-dir",
+        str(out),
+        "--num-prompts",
+        "1",
     ]
 
 
@@ -233,11 +284,19 @@ def _run_tool(command: list[str], log: Path) -> None:
     env = gateway_env()
     with open(log, "wb") as output:
         proc = subprocess.run(
-            command, env=env, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            timeout=TOOL_TIMEOUT_S, check=False,
+            command,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=TOOL_TIMEOUT_S,
+            check=False,
         )
     if proc.returncode != 0:
-        pytest.fail(f"{command[2]} exited {proc.returncode}:\n{log.read_text(errors='replace')[-6000:]}", pytrace=False)
+        pytest.fail(
+            f"{command[2]} exited {proc.returncode}:\n{log.read_text(errors='replace')[-6000:]}",
+            pytrace=False,
+        )
 
 
 def _recorded_session(recordings: Path, before: set[Path]) -> list[dict[str, Any]]:
@@ -274,7 +333,9 @@ def _require_media_tools() -> None:
     # OmniInteract cuts its input from the video with ffmpeg and ffprobe (CI installs them).
     missing = [name for name in ("ffmpeg", "ffprobe") if shutil.which(name) is None]
     if missing and os.environ.get("DUPLEX_GATEWAY_REQUIRE_OMNI") == "1":
-        pytest.fail(f"OmniInteract needs {' and '.join(missing)} on PATH (Debian's ffmpeg package)", pytrace=False)
+        pytest.fail(
+            f"OmniInteract needs {' and '.join(missing)} on PATH (Debian's ffmpeg package)", pytrace=False
+        )
     if missing:
         pytest.skip(f"OmniInteract needs {' and '.join(missing)}")
 
@@ -315,5 +376,7 @@ def test_benchmark_tool_completes_every_turn_without_an_error(
         assert ignored == []
         assert target.calls is not None
         seen = [call for call in read_calls(target.calls)[calls_before:] if call["call"] == "video_frames"]
-        assert sum(call["frames"] for call in seen) == sum(len(frame["video_frames"]) for frame in with_frames)
+        assert sum(call["frames"] for call in seen) == sum(
+            len(frame["video_frames"]) for frame in with_frames
+        )
         assert all(call["audio_bytes"] > 0 for call in seen)  # each rode audio, as MiniCPM-o takes them

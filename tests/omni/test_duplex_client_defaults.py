@@ -148,12 +148,18 @@ def _start(name: str, request: pytest.FixtureRequest) -> str:
     if name == "reference":
         return request.getfixturevalue("backend").url  # type: ignore[no-any-return]
     if name == "echo":
-        gateway = factory.start({**_RESUMABLE, "engine": {"name": "echo", "echo": {"pace": 1.0}}}, name="echo")
+        gateway = factory.start(
+            {**_RESUMABLE, "engine": {"name": "echo", "echo": {"pace": 1.0}}}, name="echo"
+        )
     elif name == "vllm-omni":
         calls: Path = request.getfixturevalue("calls_path")
         gateway = start_omni_gateway(
-            factory, engine="vllm-omni", omni_factory="tests.omni.fake_stage:duplex_omni", calls=calls,
-            name="vllm-omni", config=_RESUMABLE,
+            factory,
+            engine="vllm-omni",
+            omni_factory="tests.omni.fake_stage:duplex_omni",
+            calls=calls,
+            name="vllm-omni",
+            config=_RESUMABLE,
         )
     else:
         upstream: Backend = request.getfixturevalue("backend")
@@ -283,7 +289,9 @@ async def test_a_half_open_session_is_taken_over(server: str) -> None:
         await client.close()
 
 
-async def test_the_models_own_turn_taking_reaches_the_client(server: str, request: pytest.FixtureRequest) -> None:
+async def test_the_models_own_turn_taking_reaches_the_client(
+    server: str, request: pytest.FixtureRequest
+) -> None:
     """auto_response hands turn-taking to the model: its speak / listen decisions reach the
     client, and what it heard of the caller lands on the caller's item (not the reply's)."""
     native = request.node.callspec.params["server"] != "echo"  # echo has no turn-taking of its own
@@ -293,15 +301,21 @@ async def test_the_models_own_turn_taking_reaches_the_client(server: str, reques
         speak = [e for e in events if e.get("type") == "response.speak"]
         assert [e["response_id"] for e in speak] == ([handle.response_id] if native else [])
         (committed,) = [e for e in events if e.get("type") == "input_audio_buffer.committed"]
-        heard = [e for e in events if e.get("type") == "conversation.item.input_audio_transcription.completed"]
+        heard = [
+            e for e in events if e.get("type") == "conversation.item.input_audio_transcription.completed"
+        ]
         if native:
-            assert [(e["item_id"], e["transcript"]) for e in heard] == [(committed["item_id"], "1.0 s of caller audio")]
+            assert [(e["item_id"], e["transcript"]) for e in heard] == [
+                (committed["item_id"], "1.0 s of caller audio")
+            ]
             reply_items = {e["item"]["id"] for e in events if e.get("type") == "response.output_item.added"}
             assert committed["item_id"] not in reply_items
         await session.turn()  # and the conversation goes on
         # Turn-based again, the caller's chunk marked as silence: the model chooses to listen.
         mark = len(session.events)
-        await session.client.send({"type": "session.update", "session": {"extra_body": {"auto_response": False}}})
+        await session.client.send(
+            {"type": "session.update", "session": {"extra_body": {"auto_response": False}}}
+        )
         async with asyncio.timeout(10):
             while not any(e.get("type") == "session.updated" for e in session.events[mark:]):
                 await asyncio.sleep(0.02)

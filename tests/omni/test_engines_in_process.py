@@ -63,7 +63,9 @@ class Events:
 
     def of(self, cls: type[port.EngineEvent], response_id: str | None = None) -> list[Any]:
         return [
-            e for e in self.items if isinstance(e, cls) and response_id in (None, getattr(e, "response_id", None))
+            e
+            for e in self.items
+            if isinstance(e, cls) and response_id in (None, getattr(e, "response_id", None))
         ]
 
     async def closed(self) -> None:
@@ -115,7 +117,10 @@ async def test_duplex_limits_ids_and_late_cancel(fake_env: Path, monkeypatch: py
         await events.wait(done_of("resp_gw_1"))
         assert events.of(port.EngineResponseStarted)[0].response_id == "resp_gw_1"
         assert len(events.of(port.EngineAudio, "resp_gw_1")) == 6
-        assert "".join(e.delta for e in events.of(port.EngineTranscript, "resp_gw_1")) == "(echo of 1.0 s of your audio)"
+        assert (
+            "".join(e.delta for e in events.of(port.EngineTranscript, "resp_gw_1"))
+            == "(echo of 1.0 s of your audio)"
+        )
         await session.ack_playback(response_id="resp_gw_1", played_ms=1000)
 
         # Cancelled before the engine even created it: nothing of that reply comes out.
@@ -190,8 +195,10 @@ async def test_duplex_engine_vad_finds_the_turn(fake_env: Path, monkeypatch: pyt
         assert isinstance(started, port.EngineResponseStarted)
         await events.wait(done_of(started.response_id))
         kinds = [type(e).__name__ for e in events.items]
-        assert kinds.index("EngineSpeechStarted") < kinds.index("EngineSpeechStopped") < kinds.index(
-            "EngineResponseStarted"
+        assert (
+            kinds.index("EngineSpeechStarted")
+            < kinds.index("EngineSpeechStopped")
+            < kinds.index("EngineResponseStarted")
         )
         speech_started = events.of(port.EngineSpeechStarted)[0]
         assert 300 <= speech_started.audio_start_ms <= 1500
@@ -238,7 +245,9 @@ async def test_stream_delta_outputs_clear_and_no_audio(
         # True delta outputs: each chunk is new audio, all of it arrives, once.
         await send_turn(session)
         await session.commit(item_id="item_1", response_id="resp_for_item_1")
-        started = await events.wait(lambda e: isinstance(e, port.EngineResponseStarted) and e.response_id != "resp_none")
+        started = await events.wait(
+            lambda e: isinstance(e, port.EngineResponseStarted) and e.response_id != "resp_none"
+        )
         assert isinstance(started, port.EngineResponseStarted)
         await events.wait(done_of(started.response_id))
         audio = events.of(port.EngineAudio, started.response_id)

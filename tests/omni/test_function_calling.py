@@ -83,8 +83,12 @@ def target(
     if request.param == "vllm-omni":
         calls = tmp / "calls.jsonl"
         gateway = start_omni_gateway(
-            module_gateway_factory, engine="vllm-omni", omni_factory="tests.omni.fake_stage:duplex_omni",
-            calls=calls, name="tools-vllm-omni", config=limits,
+            module_gateway_factory,
+            engine="vllm-omni",
+            omni_factory="tests.omni.fake_stage:duplex_omni",
+            calls=calls,
+            name="tools-vllm-omni",
+            config=limits,
         )
         yield Target(gateway, calls)
         return
@@ -142,13 +146,18 @@ async def test_a_tool_is_called_and_its_output_answered(target: Target) -> None:
     try:
         _, created = await client.log.wait_for("session.created", 30)
         assert created["session"]["capabilities"]["function_calling"] is True
-        await client.send({"type": "session.update", "session": {
-            "type": "realtime",
-            "instructions": INSTRUCTIONS,
-            "tools": [WEATHER],
-            "tool_choice": "auto",
-            "audio": {"input": {"turn_detection": None}},
-        }})
+        await client.send(
+            {
+                "type": "session.update",
+                "session": {
+                    "type": "realtime",
+                    "instructions": INSTRUCTIONS,
+                    "tools": [WEATHER],
+                    "tool_choice": "auto",
+                    "audio": {"input": {"turn_detection": None}},
+                },
+            }
+        )
         _, updated = await client.log.wait_for("session.updated", 10)
         assert [t["name"] for t in updated["session"]["tools"]] == ["get_weather"]
         # vLLM-Omni holds the session's tools where its model plugins read them.
@@ -168,12 +177,18 @@ async def test_a_tool_is_called_and_its_output_answered(target: Target) -> None:
         deltas = _of(events, "response.function_call_arguments.delta")
         (args_done,) = _of(events, "response.function_call_arguments.done")
         (item_done,) = _of(events, "response.output_item.done")
-        assert kinds.index("response.output_item.added") < kinds.index("response.function_call_arguments.delta")
+        assert kinds.index("response.output_item.added") < kinds.index(
+            "response.function_call_arguments.delta"
+        )
         assert kinds.index("response.function_call_arguments.done") < kinds.index("response.output_item.done")
         arguments = args_done["arguments"]
         assert "".join(d["delta"] for d in deltas) == arguments
         assert json.loads(arguments) == {"city": f"{TURN_S} s of caller audio", "days": 1}
-        assert (args_done["call_id"], args_done["name"], args_done["item_id"]) == (call_id, "get_weather", item["id"])
+        assert (args_done["call_id"], args_done["name"], args_done["item_id"]) == (
+            call_id,
+            "get_weather",
+            item["id"],
+        )
         assert item_done["item"]["status"] == "completed" and item_done["item"]["arguments"] == arguments
         assert response["status"] == "completed"
         assert [(o["type"], o["call_id"], o["arguments"]) for o in response["output"]] == [
@@ -183,11 +198,19 @@ async def test_a_tool_is_called_and_its_output_answered(target: Target) -> None:
         assert plans[-1]["tool_call"] == "get_weather"
 
         # -- the client runs the function and returns its output; the next reply uses it.
-        await client.send({"type": "conversation.item.create", "item": {
-            "type": "function_call_output", "call_id": call_id, "output": FORECAST,
-        }})
+        await client.send(
+            {
+                "type": "conversation.item.create",
+                "item": {
+                    "type": "function_call_output",
+                    "call_id": call_id,
+                    "output": FORECAST,
+                },
+            }
+        )
         _, output_added = await client.log.wait_for(
-            lambda e: e["type"] == "conversation.item.added" and e["item"]["type"] == "function_call_output", 5
+            lambda e: e["type"] == "conversation.item.added" and e["item"]["type"] == "function_call_output",
+            5,
         )
         assert output_added["item"]["call_id"] == call_id
         events, response = await client.reply()
@@ -205,7 +228,10 @@ async def test_a_tool_is_called_and_its_output_answered(target: Target) -> None:
         mark = len(client.log.events)
         await client.send({"type": "response.create", "response": {"tool_choice": "none"}})
         _, error = await client.log.wait_for("error", 5, start=mark)
-        assert (error["error"]["code"], error["error"]["param"]) == ("unsupported_by_engine", "response.tool_choice")
+        assert (error["error"]["code"], error["error"]["param"]) == (
+            "unsupported_by_engine",
+            "response.tool_choice",
+        )
         assert "session.update" in error["error"]["message"]
         assert not [e for e in client.log.events[mark:] if e["type"] == "response.created"]
         assert not [e for e in client.log.events if e["type"] == "error" and e is not error]
@@ -237,12 +263,17 @@ async def test_the_engine_puts_calls_on_its_reply_and_passes_replayed_calls_and_
         (call,) = events.of(port.EngineFunctionCall)
         (delta,) = events.of(port.EngineFunctionCallDelta)
         assert (call.response_id, call.name, delta.call_id, delta.delta) == (
-            "resp_1", "get_weather", call.call_id, call.arguments
+            "resp_1",
+            "get_weather",
+            call.call_id,
+            call.arguments,
         )
         assert len(events.of(port.EngineResponseDone)) == 1 and not events.of(port.EngineAudio)
 
         # A call the client replays goes in as a function_call item, so vLLM-Omni takes its output.
-        await session.add_function_call(item_id="item_old", call_id="call_old", name="get_weather", arguments="{}")
+        await session.add_function_call(
+            item_id="item_old", call_id="call_old", name="get_weather", arguments="{}"
+        )
         await session.add_function_output(item_id="item_old_out", call_id="call_old", output="rainy")
         # An output for a call vLLM-Omni never saw is refused by it (the session goes on).
         await session.add_function_output(item_id="item_bad", call_id="call_unknown", output="x")
@@ -250,7 +281,9 @@ async def test_the_engine_puts_calls_on_its_reply_and_passes_replayed_calls_and_
         assert isinstance(error, port.EngineError) and error.code == "invalid_function_call_output"
 
         # A reply with tools of its own fails here; nothing reaches vLLM-Omni.
-        await session.create_response(response_id="resp_own", instructions=None, options=port.ResponseOptions())
+        await session.create_response(
+            response_id="resp_own", instructions=None, options=port.ResponseOptions()
+        )
         refused = await events.wait(done_of("resp_own"))
         assert isinstance(refused, port.EngineResponseDone)
         assert (refused.status, refused.reason) == ("failed", "unsupported_by_engine")

@@ -156,7 +156,12 @@ def test_load_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delitem(sys.modules, "omni_factory_mod", raising=False)
     assert load_factory("omni_factory_mod:make")() == 42
-    for bad in ("omni_factory_mod", "omni_factory_mod:missing", "omni_factory_mod:value", "no_such_module_xyz:f"):
+    for bad in (
+        "omni_factory_mod",
+        "omni_factory_mod:missing",
+        "omni_factory_mod:value",
+        "no_such_module_xyz:f",
+    ):
         with pytest.raises(OmniFactoryError):
             load_factory(bad)
 
@@ -182,7 +187,13 @@ def test_settings_and_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     assert isinstance(stream, VllmOmniStreamEngine) and not stream.capabilities.detects_turns
     engine_vad = build_engine(
-        load_settings(**{"engine.name": "vllm-omni", "engine.vllm_omni.model": "m", "engine.vllm_omni.turn_detection": "engine"})
+        load_settings(
+            **{
+                "engine.name": "vllm-omni",
+                "engine.vllm_omni.model": "m",
+                "engine.vllm_omni.turn_detection": "engine",
+            }
+        )
     )
     assert engine_vad.capabilities.detects_turns
     with pytest.raises(ConfigError, match="engine.vllm_omni.model"):
@@ -210,7 +221,17 @@ def test_cli_flags_reach_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         return 0
 
     monkeypatch.setattr(cli, "_serve", fake_serve)
-    argv = ["serve", "--engine", "vllm-omni", "--model", "M", "--deploy-config", "d.yaml", "--omni-factory", "a.b:c"]
+    argv = [
+        "serve",
+        "--engine",
+        "vllm-omni",
+        "--model",
+        "M",
+        "--deploy-config",
+        "d.yaml",
+        "--omni-factory",
+        "a.b:c",
+    ]
     assert cli.main(argv) == 0
     assert (seen["model"], seen["deploy_config"], seen["omni_factory"]) == ("M", "d.yaml", "a.b:c")
 

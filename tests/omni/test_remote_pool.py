@@ -280,8 +280,17 @@ async def test_session_fields_reach_the_backend_and_only_changes_are_sent(
         _, created = await log.wait_for("session.created", timeout=20)
         assert created["session"]["temperature"] == 0.6  # echoed
         (opened,) = [c for c in _configs(backends) if c.get("initial_user_text") == "hello there"]
-        for key in ("ref_audio", "temperature", "overlap_policy", "overlap_short_ack_ms", "overlap_barge_in_ms",
-                    "overlap_silence_rms", "idle_timeout_s", "initial_user_text", "voice"):
+        for key in (
+            "ref_audio",
+            "temperature",
+            "overlap_policy",
+            "overlap_short_ack_ms",
+            "overlap_barge_in_ms",
+            "overlap_silence_rms",
+            "idle_timeout_s",
+            "initial_user_text",
+            "voice",
+        ):
             assert opened[key] == KNOBS[key], key
         assert opened["max_tokens"] == 128
         extra = opened["extra_body"]

@@ -140,7 +140,9 @@ async def test_each_commit_reaches_the_backend_with_exactly_its_own_turn(
         _, created = await log.wait_for("response.created", start=mark, timeout=30)
         rid = created["response"]["id"]
         _, done = await log.wait_for(
-            lambda e, rid=rid: e["type"] == "response.done" and e["response"]["id"] == rid, start=mark, timeout=30
+            lambda e, rid=rid: e["type"] == "response.done" and e["response"]["id"] == rid,
+            start=mark,
+            timeout=30,
         )
         assert done["response"]["status"] == "completed", done
     assert [e for e in log.events if e["type"] == "error"] == []

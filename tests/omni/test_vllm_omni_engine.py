@@ -147,15 +147,19 @@ async def test_duplex_client_turns_cancel_barge_in_and_close(gateway: Gateway, c
             handle = await duplex.turn(pcm)
             audio = await _audio_of(handle)
             await handle.wait(5)
-            assert handle.done_event is not None and handle.done_event.raw["response"]["status"] == "completed"
+            assert (
+                handle.done_event is not None and handle.done_event.raw["response"]["status"] == "completed"
+            )
             assert handle.transcript == f"(echo of {TURN_S:.1f} s of your audio)", handle.transcript
             # The echo of the caller's turn, at 24 kHz: same length, same sound.
             assert abs(len(audio) / 2 / 24_000 - TURN_S) < 0.05, len(audio)
             expected = _as_float(_speech(TURN_S, 24_000))
             assert _similarity(_as_float(audio), expected) > 0.9
             deltas = [
-                e for e in duplex.events
-                if e.get("type") == "response.output_audio.delta" and e.get("response_id") == handle.response_id
+                e
+                for e in duplex.events
+                if e.get("type") == "response.output_audio.delta"
+                and e.get("response_id") == handle.response_id
             ]
             assert len(deltas) == CHUNKS, "each engine chunk is its own audio delta"
             if turn == 0:
@@ -236,7 +240,9 @@ async def test_openai_sdk_server_vad_turns(gateway: Gateway, calls_path: Path) -
                 i_created, resp = await log.wait_for("response.created", 10, start=mark)
                 rid = resp["response"]["id"]
                 i_done, done = await log.wait_for(
-                    lambda e, rid=rid: e["type"] == "response.done" and e["response"]["id"] == rid, 15, start=i_created
+                    lambda e, rid=rid: e["type"] == "response.done" and e["response"]["id"] == rid,
+                    15,
+                    start=i_created,
                 )
                 assert done["response"]["status"] == "completed", (n, done)
                 audio = b"".join(

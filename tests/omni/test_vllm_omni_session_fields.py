@@ -68,9 +68,19 @@ async def test_session_fields_reach_the_engine_and_updates_send_only_what_change
         session = await engine.open_session("s1", config)
         events = Events(session)
         opened = engine_configs(fake_env)[-1]
-        for key in ("ref_audio", "temperature", "overlap_policy", "overlap_short_ack_ms", "overlap_barge_in_ms",
-                    "overlap_silence_rms", "playback_commit_policy", "idle_timeout_s", "initial_user_text",
-                    "use_tts_template", "voice"):
+        for key in (
+            "ref_audio",
+            "temperature",
+            "overlap_policy",
+            "overlap_short_ack_ms",
+            "overlap_barge_in_ms",
+            "overlap_silence_rms",
+            "playback_commit_policy",
+            "idle_timeout_s",
+            "initial_user_text",
+            "use_tts_template",
+            "voice",
+        ):
             assert opened[key] == KNOBS[key], key
         assert opened["max_tokens"] == 128
         extra = opened["extra_body"]

@@ -80,7 +80,11 @@ async def manual_session(gw: Gateway) -> AsyncIterator[tuple[Any, TimedLog]]:
         try:
             await log.wait_for("session.created", 10)
             await send_json(
-                ws, {"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}}}
+                ws,
+                {
+                    "type": "session.update",
+                    "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}},
+                },
             )
             await log.wait_for("session.updated", 5)
             yield ws, log
@@ -117,7 +121,9 @@ async def _text_item(ws: Any, log: EventLog, text: str) -> None:
             "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
         },
     )
-    await log.wait_for(lambda e: e["type"] in ("conversation.item.added", "conversation.item.created"), 5, start=start)
+    await log.wait_for(
+        lambda e: e["type"] in ("conversation.item.added", "conversation.item.created"), 5, start=start
+    )
 
 
 async def _reply(ws: Any, log: EventLog) -> dict[str, Any]:
@@ -126,7 +132,9 @@ async def _reply(ws: Any, log: EventLog) -> dict[str, Any]:
     await send_json(ws, {"type": "response.create"})
     index, created = await log.wait_for("response.created", 5, start=start)
     rid = created["response"]["id"]
-    _, done = await log.wait_for(lambda e: e["type"] == "response.done" and e["response"]["id"] == rid, 10, start=index)
+    _, done = await log.wait_for(
+        lambda e: e["type"] == "response.done" and e["response"]["id"] == rid, 10, start=index
+    )
     return done
 
 
@@ -152,7 +160,9 @@ def requests_of(calls: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return by_id
 
 
-async def test_turns_stream_as_resumable_requests_and_barge_in_aborts(gateway: Gateway, calls_path: Path) -> None:
+async def test_turns_stream_as_resumable_requests_and_barge_in_aborts(
+    gateway: Gateway, calls_path: Path
+) -> None:
     before = len(read_calls(calls_path))
     async with manual_session(gateway) as (ws, log):
         # -- one turn: streamed in, answered chunk by chunk
@@ -163,7 +173,9 @@ async def test_turns_stream_as_resumable_requests_and_barge_in_aborts(gateway: G
         assert done["response"]["status"] == "completed", done
         deltas = [e for e in log.events[i_created:i_done] if e["type"] == "response.output_audio.delta"]
         transcript = "".join(
-            e["delta"] for e in log.events[i_created:i_done] if e["type"] == "response.output_audio_transcript.delta"
+            e["delta"]
+            for e in log.events[i_created:i_done]
+            if e["type"] == "response.output_audio_transcript.delta"
         )
         assert transcript == f"(echo of {TURN_S:.1f} s of your audio)", transcript
         echoed = sum(len(base64.b64decode(e["delta"])) for e in deltas) / 2 / 24_000
@@ -201,7 +213,9 @@ async def test_turns_stream_as_resumable_requests_and_barge_in_aborts(gateway: G
         mark_results = len([c for c in read_calls(calls_path) if c["call"] == "abort_async.result"])
         i_created, rid = await turn(ws, log)
         await log.wait_for(
-            lambda e: e["type"] == "response.output_audio.delta" and e["response_id"] == rid, 5, start=i_created
+            lambda e: e["type"] == "response.output_audio.delta" and e["response_id"] == rid,
+            5,
+            start=i_created,
         )
         await send_json(ws, {"type": "barge_in"})
         i_done, done = await log.wait_for(
@@ -229,16 +243,22 @@ async def test_turns_stream_as_resumable_requests_and_barge_in_aborts(gateway: G
         # -- a cancel works the same, and the session still answers afterwards
         i_created, rid = await turn(ws, log)
         await log.wait_for(
-            lambda e: e["type"] == "response.output_audio.delta" and e["response_id"] == rid, 5, start=i_created
+            lambda e: e["type"] == "response.output_audio.delta" and e["response_id"] == rid,
+            5,
+            start=i_created,
         )
         await send_json(ws, {"type": "response.cancel"})
-        await log.wait_for(lambda e: e["type"] == "response.done" and e["response"]["id"] == rid, 5, start=i_created)
+        await log.wait_for(
+            lambda e: e["type"] == "response.done" and e["response"]["id"] == rid, 5, start=i_created
+        )
         i_created, rid = await turn(ws, log)
         _, done = await log.wait_for(
             lambda e: e["type"] == "response.done" and e["response"]["id"] == rid, 10, start=i_created
         )
         assert done["response"]["status"] == "completed"
-        assert not [e for e in log.events if e["type"] == "error"], [e for e in log.events if e["type"] == "error"]
+        assert not [e for e in log.events if e["type"] == "error"], [
+            e for e in log.events if e["type"] == "error"
+        ]
     body = await gateway.wait_sessions(0)
     assert body["status"] == "ready"
 
@@ -254,11 +274,15 @@ async def test_openai_sdk_server_vad_turn(gateway: Gateway, calls_path: Path) ->
             await conn.session.update(
                 session={
                     "type": "realtime",
-                    "audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 400}}},
+                    "audio": {
+                        "input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 400}}
+                    },
                 }
             )
             await log.wait_for("session.updated", 5)
-            await stream_audio(conn, speech_turn(before_ms=400, after_ms=900), speed=1.4, lead_ms=1500, timeout=30)
+            await stream_audio(
+                conn, speech_turn(before_ms=400, after_ms=900), speed=1.4, lead_ms=1500, timeout=30
+            )
             _, started = await log.wait_for("input_audio_buffer.speech_started", 10)
             _, stopped = await log.wait_for("input_audio_buffer.speech_stopped", 10)
             i_created, created = await log.wait_for("response.created", 10)
@@ -297,13 +321,17 @@ async def test_requests_stream_deltas_and_carry_the_conversation(gateway: Gatewa
     before = len(read_calls(calls_path))
     async with manual_session(gateway) as (ws, log):
         start = len(log.events)
-        await send_json(ws, {"type": "session.update", "session": {"type": "realtime", "instructions": "Answer briefly."}})
+        await send_json(
+            ws, {"type": "session.update", "session": {"type": "realtime", "instructions": "Answer briefly."}}
+        )
         await log.wait_for("session.updated", 5, start=start)
         await _text_item(ws, log, "My name is Ada.")
         for _ in range(2):
             i_created, rid = await turn(ws, log)
             _, done = await log.wait_for(
-                lambda e, rid=rid: e["type"] == "response.done" and e["response"]["id"] == rid, 10, start=i_created
+                lambda e, rid=rid: e["type"] == "response.done" and e["response"]["id"] == rid,
+                10,
+                start=i_created,
             )
             assert done["response"]["status"] == "completed", done
     await gateway.wait_sessions(0)
@@ -312,7 +340,12 @@ async def test_requests_stream_deltas_and_carry_the_conversation(gateway: Gatewa
 
     # What stage 0 received: DELTA outputs (vLLM's CUMULATIVE default would re-send the whole
     # reply in every chunk), one sample, no stop strings -- vLLM-Omni's streaming-input contract.
-    stage = [c for c in calls if c["call"] == "stage.add_request" and c["request_id"] in (first[0]["request_id"], second[0]["request_id"])]
+    stage = [
+        c
+        for c in calls
+        if c["call"] == "stage.add_request"
+        and c["request_id"] in (first[0]["request_id"], second[0]["request_id"])
+    ]
     assert len(stage) == len(first) + len(second), stage
     assert {(c["output_kind"], c["n"], tuple(c["stop"])) for c in stage} == {("DELTA", 1, ())}, stage
 
@@ -331,10 +364,14 @@ async def test_requests_stream_deltas_and_carry_the_conversation(gateway: Gatewa
     reply = f"(echo of {TURN_S:.1f} s of your audio)"
     assert reply not in prompt1, prompt1
     assert prompt2.startswith(prompt1.removesuffix("<|im_start|>user\n")), (prompt1, prompt2)
-    assert "<|im_start|>user\n<|im_end|>" in prompt2 and f"<|im_start|>assistant\n{reply}<|im_end|>" in prompt2, prompt2
+    assert (
+        "<|im_start|>user\n<|im_end|>" in prompt2 and f"<|im_start|>assistant\n{reply}<|im_end|>" in prompt2
+    ), prompt2
 
 
-async def test_clear_drops_only_uncommitted_audio_and_keeps_the_conversation(gateway: Gateway, calls_path: Path) -> None:
+async def test_clear_drops_only_uncommitted_audio_and_keeps_the_conversation(
+    gateway: Gateway, calls_path: Path
+) -> None:
     before = len(read_calls(calls_path))
     async with manual_session(gateway) as (ws, log):
         await _text_item(ws, log, "Remember the word kiwi.")
@@ -357,9 +394,11 @@ async def test_clear_drops_only_uncommitted_audio_and_keeps_the_conversation(gat
         # A clear of a turn nobody committed drops that audio -- and nothing of the conversation.
         mark = len(read_calls(calls_path))
         await _append(ws, _speech(0.6, offset_s=2.5))
-        await wait_calls(calls_path, lambda c: c["call"] == "add_request", count=len(
-            [c for c in read_calls(calls_path)[:mark] if c["call"] == "add_request"]
-        ) + 1)
+        await wait_calls(
+            calls_path,
+            lambda c: c["call"] == "add_request",
+            count=len([c for c in read_calls(calls_path)[:mark] if c["call"] == "add_request"]) + 1,
+        )
         start = len(log.events)
         await send_json(ws, {"type": "input_audio_buffer.clear"})
         await log.wait_for("input_audio_buffer.cleared", 5, start=start)
@@ -390,14 +429,27 @@ async def test_tools_are_not_offered_and_a_forced_call_is_refused(gateway: Gatew
             _, created = await log.wait_for("session.created", 10)
             assert created["session"]["capabilities"]["function_calling"] is False
             weather = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
-            await send_json(ws, {"type": "session.update", "session": {
-                "type": "realtime", "tools": [weather], "tool_choice": "required",
-            }})
+            await send_json(
+                ws,
+                {
+                    "type": "session.update",
+                    "session": {
+                        "type": "realtime",
+                        "tools": [weather],
+                        "tool_choice": "required",
+                    },
+                },
+            )
             _, error = await log.wait_for("error", 5)
-            assert (error["error"]["code"], error["error"]["param"]) == ("unsupported_by_engine", "session.tool_choice")
+            assert (error["error"]["code"], error["error"]["param"]) == (
+                "unsupported_by_engine",
+                "session.tool_choice",
+            )
             # Offered with "auto", tools are taken (and never called).
             start = len(log.events)
-            await send_json(ws, {"type": "session.update", "session": {"tools": [weather], "tool_choice": "auto"}})
+            await send_json(
+                ws, {"type": "session.update", "session": {"tools": [weather], "tool_choice": "auto"}}
+            )
             _, updated = await log.wait_for("session.updated", 5, start=start)
             assert [t["name"] for t in updated["session"]["tools"]] == ["get_weather"]
         finally:

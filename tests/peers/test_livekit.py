@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("livekit.plugins.openai", reason="LiveKit's plugin runs in .venv-peers (make test runs it there, where it must be installed)")
+pytest.importorskip(
+    "livekit.plugins.openai",
+    reason="LiveKit's plugin runs in .venv-peers (make test runs it there, where it must be installed)",
+)
 
 from livekit import rtc
 from livekit.plugins.openai.realtime import RealtimeModel

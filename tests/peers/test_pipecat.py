@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("pipecat", reason="Pipecat runs in .venv-peers (make test runs it there, where it must be installed)")
+pytest.importorskip(
+    "pipecat", reason="Pipecat runs in .venv-peers (make test runs it there, where it must be installed)"
+)
 
 from pipecat.frames.frames import InputAudioRawFrame, LLMContextFrame
 from pipecat.pipeline.pipeline import Pipeline
@@ -138,5 +140,7 @@ async def test_conversation_setup_is_answered_in_order_by_the_echo_engine(echo_g
     _assert_answered_in_order(await _set_up_conversation(echo_gateway))
 
 
-async def test_conversation_setup_is_answered_in_order_by_the_embedded_engine(embedded_gateway: Gateway) -> None:
+async def test_conversation_setup_is_answered_in_order_by_the_embedded_engine(
+    embedded_gateway: Gateway,
+) -> None:
     _assert_answered_in_order(await _set_up_conversation(embedded_gateway))

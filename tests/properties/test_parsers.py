@@ -58,7 +58,11 @@ from tests.telephony.vonage_wire import VonageWire
 # -- arbitrary and mutated JSON ------------------------------------------------------------------
 
 _leaf = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.floats(allow_nan=False), st.text(max_size=20),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=False),
+    st.text(max_size=20),
     st.sampled_from(["", "0", "-1", "1e400", "A" * 64, "audio/x-mulaw", "PCMU", "L16", "ulaw", "slin16"]),
     # base64 of 1, 3 and 5 bytes: audio that is not whole samples of a 16-bit format
     st.sampled_from(["AA==", "AAEC", "AAECAwQ="]),
@@ -151,39 +155,90 @@ def _coded(exc: ProtocolError) -> None:
 
 #: One valid example of every client event type, to mutate.
 REALTIME_SEEDS: list[dict[str, Any]] = [
-    {"type": "session.update", "session": {
-        "type": "realtime", "instructions": "Be brief.", "output_modalities": ["audio"],
-        "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000},
-                            "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
-                            "transcription": {"model": "whisper-1"}},
-                  "output": {"format": {"type": "audio/pcmu"}, "voice": "alloy"}},
-        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}], "tool_choice": "auto",
-        "extra_body": {"auto_response": True}, "include": ["turn.latency"]}},
-    {"type": "session.update", "session": {"input_audio_format": "g711_ulaw", "sample_rate_hz": 16000,
-                                           "turn_detection": None, "modalities": ["text", "audio"]}},
-    {"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(960)).decode(), "event_id": "e1",
-     "format": "pcm16", "sample_rate_hz": 16000, "is_speech": True, "hints": {"rms": 0.1}},
+    {
+        "type": "session.update",
+        "session": {
+            "type": "realtime",
+            "instructions": "Be brief.",
+            "output_modalities": ["audio"],
+            "audio": {
+                "input": {
+                    "format": {"type": "audio/pcm", "rate": 24000},
+                    "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
+                    "transcription": {"model": "whisper-1"},
+                },
+                "output": {"format": {"type": "audio/pcmu"}, "voice": "alloy"},
+            },
+            "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+            "tool_choice": "auto",
+            "extra_body": {"auto_response": True},
+            "include": ["turn.latency"],
+        },
+    },
+    {
+        "type": "session.update",
+        "session": {
+            "input_audio_format": "g711_ulaw",
+            "sample_rate_hz": 16000,
+            "turn_detection": None,
+            "modalities": ["text", "audio"],
+        },
+    },
+    {
+        "type": "input_audio_buffer.append",
+        "audio": base64.b64encode(bytes(960)).decode(),
+        "event_id": "e1",
+        "format": "pcm16",
+        "sample_rate_hz": 16000,
+        "is_speech": True,
+        "hints": {"rms": 0.1},
+    },
     {"type": "input_audio_buffer.commit", "response_create": False, "final": True, "is_speech": False},
-    {"type": "input.commit"}, {"type": "input_audio_buffer.clear"}, {"type": "input.cancel"},
-    {"type": "input.text.append", "text": "hello"}, {"type": "push_text", "text": "hi"},
+    {"type": "input.commit"},
+    {"type": "input_audio_buffer.clear"},
+    {"type": "input.cancel"},
+    {"type": "input.text.append", "text": "hello"},
+    {"type": "push_text", "text": "hi"},
     {"type": "turn.signal", "event": "barge_in", "payload": {}},
     {"type": "signal_turn", "event": "session.update", "payload": {"session": {"voice": "ash"}}},
-    {"type": "response.create", "response": {
-        "instructions": "Shout.", "output_modalities": ["text"], "conversation": "none", "metadata": {"k": "v"},
-        "input": [{"type": "item_reference", "id": "item_1"}], "max_output_tokens": "inf",
-        "tool_choice": {"type": "function", "name": "f"}, "audio": {"output": {"voice": "ash"}}}},
+    {
+        "type": "response.create",
+        "response": {
+            "instructions": "Shout.",
+            "output_modalities": ["text"],
+            "conversation": "none",
+            "metadata": {"k": "v"},
+            "input": [{"type": "item_reference", "id": "item_1"}],
+            "max_output_tokens": "inf",
+            "tool_choice": {"type": "function", "name": "f"},
+            "audio": {"output": {"voice": "ash"}},
+        },
+    },
     {"type": "response.cancel", "response_id": "resp_1"},
-    {"type": "conversation.item.create", "previous_item_id": "root", "item": {
-        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}},
-    {"type": "conversation.item.create", "item": {"type": "function_call_output", "call_id": "c", "output": "{}"}},
+    {
+        "type": "conversation.item.create",
+        "previous_item_id": "root",
+        "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+    },
+    {
+        "type": "conversation.item.create",
+        "item": {"type": "function_call_output", "call_id": "c", "output": "{}"},
+    },
     {"type": "conversation.item.truncate", "item_id": "item_1", "content_index": 0, "audio_end_ms": 1500},
     {"type": "conversation.item.delete", "item_id": "item_1"},
     {"type": "conversation.item.retrieve", "item_id": "item_1"},
-    {"type": "output_audio_buffer.clear"}, {"type": "barge_in"},
+    {"type": "output_audio_buffer.clear"},
+    {"type": "barge_in"},
     {"type": "playback.ack", "response_id": "resp_1", "item_id": "item_1", "played_ms": 300},
-    {"type": "session.heartbeat"}, {"type": "session.close", "reason": "bye"},
+    {"type": "session.heartbeat"},
+    {"type": "session.close", "reason": "bye"},
     {"type": "session.event_ack", "server_event_seq": 7},
-    {"type": "session.resume", "session_id": "sess_1", "resume_token": "tok", "last_received_server_event_seq": 3},
+    {
+        "type": "session.resume",
+        "session_id": "sess_1",
+        "resume_token": "tok",
+        "last_received_server_event_seq": 3,
+    },
 ]
 
 
@@ -216,11 +271,20 @@ def test_realtime_client_events(frames: list[Frame], beta: bool) -> None:
 
 
 @examples(200)
-@given(st.dictionaries(st.text(max_size=10), json_values, max_size=6), st.sampled_from(sorted(CLIENT_EVENT_TYPES)))
+@given(
+    st.dictionaries(st.text(max_size=10), json_values, max_size=6),
+    st.sampled_from(sorted(CLIENT_EVENT_TYPES)),
+)
 def test_realtime_arbitrary_objects_of_every_type(fields: dict[str, Any], kind: str) -> None:
-    _realtime_parses(json.dumps({**fields, "type": kind}), RealtimeDialect(
-        session_id="s", beta=False, duplex=True, max_message_bytes=4096,
-    ))
+    _realtime_parses(
+        json.dumps({**fields, "type": kind}),
+        RealtimeDialect(
+            session_id="s",
+            beta=False,
+            duplex=True,
+            max_message_bytes=4096,
+        ),
+    )
 
 
 @examples(200)
@@ -324,7 +388,9 @@ AUDIOSOCKET_SEEDS = [
 
 
 @examples(300)
-@given(st.lists(st.one_of(st.sampled_from(AUDIOSOCKET_SEEDS), st.binary(max_size=80)), max_size=10), st.data())
+@given(
+    st.lists(st.one_of(st.sampled_from(AUDIOSOCKET_SEEDS), st.binary(max_size=80)), max_size=10), st.data()
+)
 def test_audiosocket_stream(pieces: list[bytes], data: st.DataObject) -> None:
     """Bytes as TCP delivers them (cut anywhere) -> whole frames -> call events."""
     stream = b"".join(pieces)
@@ -353,8 +419,18 @@ def test_audiosocket_frames(frame: bytes) -> None:
 # -- credentials --------------------------------------------------------------------------------
 
 SIGNER = TokenSigner(b"property-test-token-secret-0123456789")
-TOKEN, _ = SIGNER.mint(key_name="web", scopes=[Scope.REALTIME], now=1_000.0, ttl_s=600, session={"instructions": "x"})
-KEYS = KeyStore([ApiKey(name="web", digest=bytes.fromhex(hash_key("sk-web").partition(":")[2]), scopes=frozenset({Scope.REALTIME}))])
+TOKEN, _ = SIGNER.mint(
+    key_name="web", scopes=[Scope.REALTIME], now=1_000.0, ttl_s=600, session={"instructions": "x"}
+)
+KEYS = KeyStore(
+    [
+        ApiKey(
+            name="web",
+            digest=bytes.fromhex(hash_key("sk-web").partition(":")[2]),
+            scopes=frozenset({Scope.REALTIME}),
+        )
+    ]
+)
 _header_text = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=255), max_size=60)
 _secrets = st.one_of(
     _header_text,
@@ -366,8 +442,11 @@ _secrets = st.one_of(
 @given(
     st.dictionaries(
         st.sampled_from(["authorization", "x-api-key", "sec-websocket-protocol", "origin", "host"]),
-        st.one_of(_header_text, _secrets.map(lambda s: f"Bearer {s}"),
-                  _secrets.map(lambda s: f"realtime, openai-insecure-api-key.{s}")),
+        st.one_of(
+            _header_text,
+            _secrets.map(lambda s: f"Bearer {s}"),
+            _secrets.map(lambda s: f"realtime, openai-insecure-api-key.{s}"),
+        ),
         max_size=4,
     ),
     st.dictionaries(st.sampled_from(["api_key", "call_id"]), _secrets, max_size=2),
@@ -405,19 +484,29 @@ def test_an_altered_client_secret_is_never_taken_for_another() -> None:
 
 
 def _connection(headers: dict[str, str], query: str, path: str) -> HTTPConnection:
-    return HTTPConnection({
-        "type": "websocket", "path": path, "root_path": "", "query_string": query.encode("latin-1"),
-        "headers": [(k.encode(), v.encode("latin-1")) for k, v in headers.items()],
-        "client": ("203.0.113.9", 40000), "server": ("127.0.0.1", 8000), "scheme": "ws",
-    })
+    return HTTPConnection(
+        {
+            "type": "websocket",
+            "path": path,
+            "root_path": "",
+            "query_string": query.encode("latin-1"),
+            "headers": [(k.encode(), v.encode("latin-1")) for k, v in headers.items()],
+            "client": ("203.0.113.9", 40000),
+            "server": ("127.0.0.1", 8000),
+            "scheme": "ws",
+        }
+    )
 
 
 @examples(300)
 @given(
     st.dictionaries(
         st.sampled_from(["authorization", "x-api-key", "sec-websocket-protocol", "origin"]),
-        st.one_of(_header_text, _secrets.map(lambda s: f"Bearer {s}"),
-                  _secrets.map(lambda s: f"realtime, openai-insecure-api-key.{s}")),
+        st.one_of(
+            _header_text,
+            _secrets.map(lambda s: f"Bearer {s}"),
+            _secrets.map(lambda s: f"realtime, openai-insecure-api-key.{s}"),
+        ),
         max_size=3,
     ),
     st.sampled_from(["", "api_key=sk-wrong", "api_key=%ff%fe", "duplex=1&api_key=", "call_id=x"]),
@@ -433,7 +522,11 @@ def test_the_gate_decides_any_handshake(headers: dict[str, str], query: str, pat
         assert isinstance(decision.code, ErrorCode) and decision.status in (401, 403, 429)
     elif not path.startswith("/telephony"):
         assert decision.name == "web", decision
-        presented_secrets = {c.secret for c in presented(
-            {k: v for k, v in headers.items()}, dict(p.split("=", 1) for p in query.split("&") if "=" in p)
-        )}
+        presented_secrets = {
+            c.secret
+            for c in presented(
+                {k: v for k, v in headers.items()},
+                dict(p.split("=", 1) for p in query.split("&") if "=" in p),
+            )
+        }
         assert presented_secrets & {"sk-web", TOKEN}, presented_secrets

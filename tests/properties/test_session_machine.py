@@ -66,12 +66,22 @@ from tests.sdk_models import EXTENSION_EVENTS, validate_server_event
 ENGINES = (
     port.EngineCapabilities(name="echo", input_rate=24_000, output_rate=24_000),
     port.EngineCapabilities(
-        name="embedded", input_rate=16_000, output_rate=22_050, input_transcription=True, tools=True,
-        out_of_band=True, response_options=frozenset({"voice", "max_output_tokens", "input"}),
+        name="embedded",
+        input_rate=16_000,
+        output_rate=22_050,
+        input_transcription=True,
+        tools=True,
+        out_of_band=True,
+        response_options=frozenset({"voice", "max_output_tokens", "input"}),
     ),
     port.EngineCapabilities(
-        name="vllm-omni", input_rate=16_000, output_rate=24_000, detects_turns=True, input_transcription=True,
-        native_turns=True, tools=True,
+        name="vllm-omni",
+        input_rate=16_000,
+        output_rate=24_000,
+        detects_turns=True,
+        input_transcription=True,
+        native_turns=True,
+        tools=True,
     ),
 )
 #: The formats OpenAI's models can name; the others are vLLM-Omni extensions.
@@ -119,10 +129,25 @@ def tool_choices(draw: st.DrawFn) -> ToolChoice:
 def patches(draw: st.DrawFn) -> SessionPatch:
     """A ``session.update`` in OpenAI's own terms (every field optional)."""
     fields: dict[str, Any] = {}
-    maybe = draw(st.sets(st.sampled_from([
-        "kind", "instructions", "voice", "output_modalities", "input_format", "output_format", "turn_detection",
-        "input_transcription", "tools", "tool_choice", "include",
-    ])))
+    maybe = draw(
+        st.sets(
+            st.sampled_from(
+                [
+                    "kind",
+                    "instructions",
+                    "voice",
+                    "output_modalities",
+                    "input_format",
+                    "output_format",
+                    "turn_detection",
+                    "input_transcription",
+                    "tools",
+                    "tool_choice",
+                    "include",
+                ]
+            )
+        )
+    )
     if "kind" in maybe:
         fields["kind"] = draw(st.sampled_from(list(SessionKind)))
     if "instructions" in maybe:
@@ -140,11 +165,15 @@ def patches(draw: st.DrawFn) -> SessionPatch:
     if "input_transcription" in maybe:
         fields["input_transcription"] = draw(st.sampled_from([None, InputTranscription()]))
     if "tools" in maybe:
-        fields["tools"] = tuple(draw(st.lists(st.sampled_from(TOOLS), max_size=2, unique_by=lambda t: t.name)))
+        fields["tools"] = tuple(
+            draw(st.lists(st.sampled_from(TOOLS), max_size=2, unique_by=lambda t: t.name))
+        )
     if "tool_choice" in maybe:
         fields["tool_choice"] = draw(tool_choices())
     if "include" in maybe:
-        fields["include"] = tuple(draw(st.lists(st.sampled_from([LATENCY_EVENT, CLOSING_EVENT]), unique=True)))
+        fields["include"] = tuple(
+            draw(st.lists(st.sampled_from([LATENCY_EVENT, CLOSING_EVENT]), unique=True))
+        )
     return SessionPatch(**fields)
 
 
@@ -170,7 +199,9 @@ class Harness:
 
     def __init__(self, caps: port.EngineCapabilities, handshake: Handshake, defaults: SessionConfig) -> None:
         self.caps = caps
-        self.session = Session(session_id="sess_prop", capabilities=caps, defaults=defaults, handshake=handshake)
+        self.session = Session(
+            session_id="sess_prop", capabilities=caps, defaults=defaults, handshake=handshake
+        )
         self.duplex = handshake is Handshake.DUPLEX
         self.output = OutputStage(caps.output_rate)
         self.trace = Trace()
@@ -238,7 +269,9 @@ class Harness:
         trace.events.append(event.type)
         if isinstance(event, ev.AudioDelta):
             ms = len(event.audio) * 1000.0 / (2 * self.caps.output_rate)
-            trace.produced_by_response[event.response_id] = trace.produced_by_response.get(event.response_id, 0) + ms
+            trace.produced_by_response[event.response_id] = (
+                trace.produced_by_response.get(event.response_id, 0) + ms
+            )
             trace.produced_by_item[event.item_id] = trace.produced_by_item.get(event.item_id, 0.0) + ms
         if isinstance(event, ev.PlaybackAcknowledged):
             assert event.played_ms <= event.produced_ms, event
@@ -264,7 +297,11 @@ class Harness:
         self.seq += 1
         for beta in (False, True):
             wire = render_server_event(
-                event, seq=self.seq, event_id=f"event_{self.seq}", beta=beta, session_id="sess_prop",
+                event,
+                seq=self.seq,
+                event_id=f"event_{self.seq}",
+                beta=beta,
+                session_id="sess_prop",
                 duplex=self.duplex,
             )
             if wire is None:
@@ -283,7 +320,9 @@ class Harness:
         config = getattr(event, "config", None)
         if not isinstance(config, SessionConfig):
             return False
-        return bool(set(config.include) & GATEWAY_INCLUDES) or (beta and config.tool_choice.function is not None)
+        return bool(set(config.include) & GATEWAY_INCLUDES) or (
+            beta and config.tool_choice.function is not None
+        )
 
 
 def _items_of(event: ev.ServerEvent) -> list[ev.ConversationItem]:
@@ -314,11 +353,36 @@ def draw_command(draw: st.DrawFn, h: Harness) -> cmd.Command:
     items = lambda: _known(draw, trace.item_ids, _ids)
     responses = lambda: _known(draw, trace.response_ids, _ids)
     fmt = h.session.config.input_format
-    kind = draw(st.sampled_from([
-        "append", "append", "append", "commit", "clear", "cancel_input", "text", "signal", "create", "create",
-        "cancel", "item", "truncate", "delete", "retrieve", "output_clear", "barge_in", "dtmf", "ack", "update",
-        "heartbeat", "event_ack", "resume", "close",
-    ]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "append",
+                "append",
+                "append",
+                "commit",
+                "clear",
+                "cancel_input",
+                "text",
+                "signal",
+                "create",
+                "create",
+                "cancel",
+                "item",
+                "truncate",
+                "delete",
+                "retrieve",
+                "output_clear",
+                "barge_in",
+                "dtmf",
+                "ack",
+                "update",
+                "heartbeat",
+                "event_ack",
+                "resume",
+                "close",
+            ]
+        )
+    )
     event_id = _maybe(draw, st.sampled_from(["evt_1", "evt_2"]))
     if kind == "append":
         samples = draw(st.integers(0, fmt.rate // 5))
@@ -326,13 +390,17 @@ def draw_command(draw: st.DrawFn, h: Harness) -> cmd.Command:
         chunk = _maybe(draw, st.sampled_from(OPENAI_FORMATS)) if draw(st.integers(0, 4)) == 0 else None
         width = (chunk or fmt).encoding.bytes_per_sample
         return cmd.InputAudioAppend(
-            event_id=event_id, audio=bytes(samples * width + (1 if odd and width > 1 else 0)),
-            encoding=chunk.encoding if chunk else None, rate=chunk.rate if chunk else None,
+            event_id=event_id,
+            audio=bytes(samples * width + (1 if odd and width > 1 else 0)),
+            encoding=chunk.encoding if chunk else None,
+            rate=chunk.rate if chunk else None,
             is_speech=_maybe(draw, st.booleans()),
         )
     if kind == "commit":
         return cmd.InputAudioCommit(
-            event_id=event_id, create_response=_maybe(draw, st.booleans()), final=draw(st.booleans()),
+            event_id=event_id,
+            create_response=_maybe(draw, st.booleans()),
+            final=draw(st.booleans()),
             is_speech=_maybe(draw, st.booleans()),
         )
     if kind == "clear":
@@ -342,7 +410,9 @@ def draw_command(draw: st.DrawFn, h: Harness) -> cmd.Command:
     if kind == "text":
         return cmd.InputTextAppend(event_id=event_id, text=draw(_text))
     if kind == "signal":
-        return cmd.TurnSignal(event_id=event_id, event=draw(st.sampled_from(["user_started", "user_stopped"])))
+        return cmd.TurnSignal(
+            event_id=event_id, event=draw(st.sampled_from(["user_started", "user_stopped"]))
+        )
     if kind == "create":
         spec = cmd.ItemSpec(kind="item_reference", item_id=items())
         return cmd.ResponseCreate(
@@ -371,14 +441,18 @@ def draw_command(draw: st.DrawFn, h: Harness) -> cmd.Command:
             text=draw(_text),
             previous_item_id=_maybe(draw, st.just(items())),
             kind=item_kind,
-            call_id=_known(draw, trace.call_ids, st.sampled_from(["call_1", "call_2"])) if item_kind != "message" else None,
+            call_id=_known(draw, trace.call_ids, st.sampled_from(["call_1", "call_2"]))
+            if item_kind != "message"
+            else None,
             name="get_weather" if item_kind == "function_call" else None,
             arguments="{}" if item_kind == "function_call" else None,
             output='{"ok": true}' if item_kind == "function_call_output" else None,
         )
     if kind == "truncate":
         return cmd.ConversationItemTruncate(
-            event_id=event_id, item_id=items(), content_index=draw(st.sampled_from([0, 0, 1])),
+            event_id=event_id,
+            item_id=items(),
+            content_index=draw(st.sampled_from([0, 0, 1])),
             audio_end_ms=draw(st.integers(-5, 20_000)),
         )
     if kind == "delete":
@@ -393,8 +467,10 @@ def draw_command(draw: st.DrawFn, h: Harness) -> cmd.Command:
         return cmd.CallDtmf(digit=draw(st.sampled_from(["1", "#", "*"])), received_at=1_764_540_000)
     if kind == "ack":
         return cmd.PlaybackAck(
-            event_id=event_id, response_id=_maybe(draw, st.just(responses())),
-            item_id=_maybe(draw, st.just(items())), played_ms=draw(st.integers(-5, 20_000)),
+            event_id=event_id,
+            response_id=_maybe(draw, st.just(responses())),
+            item_id=_maybe(draw, st.just(items())),
+            played_ms=draw(st.integers(-5, 20_000)),
         )
     if kind == "update":
         return cmd.SessionUpdate(event_id=event_id, session=draw(patches()))
@@ -410,12 +486,36 @@ def draw_command(draw: st.DrawFn, h: Harness) -> cmd.Command:
 def draw_engine_event(draw: st.DrawFn, h: Harness) -> port.EngineEvent:
     trace = h.trace
     rid = _known(draw, trace.response_ids, st.sampled_from(["resp_engine_1", "resp_engine_2", "resp_x"]))
-    engine_item = _known(draw, trace.engine_items + trace.item_ids, st.sampled_from(["eitem_1", "eitem_2", ""]))
-    kind = draw(st.sampled_from([
-        "started", "audio", "audio", "audio", "transcript", "text", "done", "done", "call_delta", "call", "timings",
-        "speech_started", "speech_stopped", "committed", "listen", "speak", "overlap", "input_transcript",
-        "transcript_failed", "error", "closed",
-    ]))
+    engine_item = _known(
+        draw, trace.engine_items + trace.item_ids, st.sampled_from(["eitem_1", "eitem_2", ""])
+    )
+    kind = draw(
+        st.sampled_from(
+            [
+                "started",
+                "audio",
+                "audio",
+                "audio",
+                "transcript",
+                "text",
+                "done",
+                "done",
+                "call_delta",
+                "call",
+                "timings",
+                "speech_started",
+                "speech_stopped",
+                "committed",
+                "listen",
+                "speak",
+                "overlap",
+                "input_transcript",
+                "transcript_failed",
+                "error",
+                "closed",
+            ]
+        )
+    )
     if kind == "started":
         return port.EngineResponseStarted(response_id=rid)
     if kind == "audio":
@@ -432,9 +532,13 @@ def draw_engine_event(draw: st.DrawFn, h: Harness) -> port.EngineEvent:
         return port.EngineResponseDone(response_id=rid, status=status, reason=reason, output_tokens=tokens)
     call_id = draw(st.sampled_from(["call_1", "call_2"]))
     if kind == "call_delta":
-        return port.EngineFunctionCallDelta(response_id=rid, call_id=call_id, name="get_weather", delta=draw(_text))
+        return port.EngineFunctionCallDelta(
+            response_id=rid, call_id=call_id, name="get_weather", delta=draw(_text)
+        )
     if kind == "call":
-        return port.EngineFunctionCall(response_id=rid, call_id=call_id, name="get_weather", arguments='{"a":1}')
+        return port.EngineFunctionCall(
+            response_id=rid, call_id=call_id, name="get_weather", arguments='{"a":1}'
+        )
     if kind == "timings":
         return port.EngineTimings(response_id=rid, stages=(("recognition", 12.5), ("speech", 40.0)))
     if kind == "speech_started":
@@ -452,7 +556,9 @@ def draw_engine_event(draw: st.DrawFn, h: Harness) -> port.EngineEvent:
     if kind == "input_transcript":
         return port.EngineInputTranscript(item_id=engine_item, text=draw(_text), final=draw(st.booleans()))
     if kind == "transcript_failed":
-        return port.EngineInputTranscriptFailed(item_id=engine_item, code="transcription_failed", message="no")
+        return port.EngineInputTranscriptFailed(
+            item_id=engine_item, code="transcription_failed", message="no"
+        )
     if kind == "error":
         return port.EngineError(code="boom", message="it broke", fatal=draw(st.integers(0, 4)) == 0)
     return port.EngineClosed(reason=draw(st.sampled_from(["engine_error", "backend gone"])))
@@ -485,7 +591,9 @@ def test_any_interleaving_keeps_the_session_invariants(
     steps = draw(st.integers(1, 80), label="steps")
     for _ in range(steps):
         h.now += draw(st.sampled_from([0.0, 0.001, 0.02, 0.1, 0.5, 2.0]))
-        source = draw(st.sampled_from(["client", "client", "engine", "engine", "audio", "tick", "update_answer"]))
+        source = draw(
+            st.sampled_from(["client", "client", "engine", "engine", "audio", "tick", "update_answer"])
+        )
         vad = draw(st.lists(st.sampled_from([0.0, 0.1, 0.6, 0.95]), min_size=1, max_size=8))
         if source == "client":
             command = draw_command(draw, h)

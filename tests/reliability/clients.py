@@ -23,7 +23,9 @@ __all__ = ["FIGURES", "frame", "record", "reset", "small_receive_buffer"]
 FIGURES = Path(__file__).resolve().parents[2] / "out" / "reliability"
 
 
-def frame(opcode: int, payload: bytes, *, fin: bool = True, rsv1: bool = False, length: int | None = None) -> bytes:
+def frame(
+    opcode: int, payload: bytes, *, fin: bool = True, rsv1: bool = False, length: int | None = None
+) -> bytes:
     """One masked client frame; ``length`` announces another payload length than ``payload``'s."""
     size = len(payload) if length is None else length
     head = bytes([(0x80 if fin else 0) | (0x40 if rsv1 else 0) | opcode])
@@ -58,5 +60,7 @@ def record(name: str, **figures: Any) -> None:
     FIGURES.mkdir(parents=True, exist_ok=True)
     figures["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     (FIGURES / f"{name}.json").write_text(json.dumps(figures, indent=2, default=str))
-    shown = {key: value for key, value in figures.items() if not isinstance(value, list | dict) or len(value) < 12}
+    shown = {
+        key: value for key, value in figures.items() if not isinstance(value, list | dict) or len(value) < 12
+    }
     print(f"\n{name}: {json.dumps(shown, default=str)}")

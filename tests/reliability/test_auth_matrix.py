@@ -58,16 +58,24 @@ SECRET_SCOPES = frozenset({Scope.REALTIME, Scope.DUPLEX, Scope.OBSERVE})
 @pytest.fixture(scope="module")
 def gateway(module_gateway_factory: GatewayFactory) -> Gateway:
     backend = module_gateway_factory.start({"server": {"web_demo": False}}, name="matrix-backend")
-    telnyx_public = base64.b64encode(TELNYX_KEY.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+    telnyx_public = base64.b64encode(
+        TELNYX_KEY.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    ).decode()
     return module_gateway_factory.start(
         {
             "server": {"web_demo": False},
-            "engine": {"name": "remote", "remote": {
-                "backends": [{"url": backend.ws_url, "max_sessions": 64}], "health_path": "/readyz",
-            }},
+            "engine": {
+                "name": "remote",
+                "remote": {
+                    "backends": [{"url": backend.ws_url, "max_sessions": 64}],
+                    "health_path": "/readyz",
+                },
+            },
             "auth": {
-                "keys": [{"name": name, "key": key, "scopes": sorted(s.value for s in scopes)}
-                         for name, (key, scopes) in KEYS.items()],
+                "keys": [
+                    {"name": name, "key": key, "scopes": sorted(s.value for s in scopes)}
+                    for name, (key, scopes) in KEYS.items()
+                ],
                 "token_secret": SECRET,
                 "allowed_origins": [ORIGIN],
             },
@@ -121,7 +129,9 @@ def _b64(text: str) -> str:
 
 def _mint(gw: Gateway, key: str) -> str:
     request = urllib.request.Request(
-        gw.base_url + "/v1/realtime/client_secrets", data=b"{}", method="POST",
+        gw.base_url + "/v1/realtime/client_secrets",
+        data=b"{}",
+        method="POST",
         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=10) as response:
@@ -134,13 +144,18 @@ def credentials(gw: Gateway) -> list[Credential]:
         for way in WAYS:
             rows.append(Credential(f"key {name} by {way}", key, way, scopes))
     for way in ("bearer", "subprotocol"):
-        rows.append(Credential(f"client secret by {way}", _mint(gw, "sk-all"), way, SECRET_SCOPES, is_secret=True))
+        rows.append(
+            Credential(f"client secret by {way}", _mint(gw, "sk-all"), way, SECRET_SCOPES, is_secret=True)
+        )
     signer = TokenSigner(SECRET.encode())
     expired, _ = signer.mint(key_name="all", scopes=SECRET_SCOPES, now=time.time() - 3600, ttl_s=600)
     genuine = _mint(gw, "sk-all")
     tampered = genuine[:5] + ("A" if genuine[5] != "A" else "B") + genuine[6:]
     foreign, _ = TokenSigner(b"another-gateway-secret-0123456789").mint(
-        key_name="all", scopes=SECRET_SCOPES, now=time.time(), ttl_s=600,
+        key_name="all",
+        scopes=SECRET_SCOPES,
+        now=time.time(),
+        ttl_s=600,
     )
     rows += [
         Credential("no credential", None, "bearer", None),
@@ -203,8 +218,12 @@ def endpoints(live_session: str) -> list[Endpoint]:
         Endpoint("WS /v1/realtime?duplex=1", True, "/v1/realtime?duplex=1", Scope.DUPLEX),
         Endpoint("WS /v1/duplex", True, "/v1/duplex", Scope.DUPLEX),
         Endpoint("WS /v1/realtime?call_id=", True, f"/v1/realtime?call_id={live_session}", Scope.OBSERVE),
-        Endpoint("POST client_secrets", False, "/v1/realtime/client_secrets", Scope.CLIENT_SECRETS, "POST", b"{}"),
-        Endpoint("POST calls/*/hangup", False, "/v1/realtime/calls/no_such_call/hangup", Scope.TELEPHONY, "POST"),
+        Endpoint(
+            "POST client_secrets", False, "/v1/realtime/client_secrets", Scope.CLIENT_SECRETS, "POST", b"{}"
+        ),
+        Endpoint(
+            "POST calls/*/hangup", False, "/v1/realtime/calls/no_such_call/hangup", Scope.TELEPHONY, "POST"
+        ),
         Endpoint("GET /admin/backends", False, "/admin/backends", Scope.ADMIN),
         Endpoint("GET /metrics", False, "/metrics", Scope.ADMIN),
         Endpoint("GET /v1/auth/check", False, "/v1/auth/check?scope=realtime", Scope.REALTIME),
@@ -222,9 +241,20 @@ PLIVO_FORM = {"CallUUID": "u1", "From": "14155550100", "To": "14155550199"}
 def carrier_cases() -> list[tuple[str, Endpoint, dict[str, str], bool]]:
     """Carrier endpoints with their signatures: (label, endpoint, headers, expected in)."""
     stream = Endpoint("WS /telephony/twilio", True, "/telephony/twilio", None)
-    voice = Endpoint("POST /telephony/twilio/voice", False, "/telephony/twilio/voice", None, "POST", _post_form(TWILIO_FORM))
-    plivo = Endpoint("POST /telephony/plivo/answer", False, "/telephony/plivo/answer", None, "POST", _post_form(PLIVO_FORM))
-    texml = Endpoint("POST /telephony/telnyx/texml", False, "/telephony/telnyx/texml", None, "POST", b'{"data": {}}')
+    voice = Endpoint(
+        "POST /telephony/twilio/voice",
+        False,
+        "/telephony/twilio/voice",
+        None,
+        "POST",
+        _post_form(TWILIO_FORM),
+    )
+    plivo = Endpoint(
+        "POST /telephony/plivo/answer", False, "/telephony/plivo/answer", None, "POST", _post_form(PLIVO_FORM)
+    )
+    texml = Endpoint(
+        "POST /telephony/telnyx/texml", False, "/telephony/telnyx/texml", None, "POST", b'{"data": {}}'
+    )
     now = str(int(time.time()))
     telnyx_good = base64.b64encode(TELNYX_KEY.sign(now.encode() + b"|" + texml.body)).decode()
     stale = str(int(time.time()) - 3600)
@@ -233,35 +263,99 @@ def carrier_cases() -> list[tuple[str, Endpoint, dict[str, str], bool]]:
     return [
         ("no signature", stream, {}, False),
         ("wrong signature", stream, {"X-Twilio-Signature": "AAAA"}, False),
-        ("signature of another token", stream,
-         {"X-Twilio-Signature": twilio_signature("other", "wss://gw.example.com/telephony/twilio")}, False),
-        ("Twilio signature", stream,
-         {"X-Twilio-Signature": twilio_signature(TWILIO_TOKEN, "wss://gw.example.com/telephony/twilio")}, True),
+        (
+            "signature of another token",
+            stream,
+            {"X-Twilio-Signature": twilio_signature("other", "wss://gw.example.com/telephony/twilio")},
+            False,
+        ),
+        (
+            "Twilio signature",
+            stream,
+            {"X-Twilio-Signature": twilio_signature(TWILIO_TOKEN, "wss://gw.example.com/telephony/twilio")},
+            True,
+        ),
         ("no signature", voice, form, False),
         ("wrong signature", voice, {**form, "X-Twilio-Signature": "AAAA"}, False),
-        ("Twilio signature", voice, {**form, "X-Twilio-Signature": twilio_signature(
-            TWILIO_TOKEN, PUBLIC_URL + "/telephony/twilio/voice", TWILIO_FORM)}, True),
+        (
+            "Twilio signature",
+            voice,
+            {
+                **form,
+                "X-Twilio-Signature": twilio_signature(
+                    TWILIO_TOKEN, PUBLIC_URL + "/telephony/twilio/voice", TWILIO_FORM
+                ),
+            },
+            True,
+        ),
         ("no signature", plivo, form, False),
-        ("wrong signature", plivo, {**form, "X-Plivo-Signature-V3": "AAAA", "X-Plivo-Signature-V3-Nonce": "n1"}, False),
-        ("Plivo signature", plivo, {**form, "X-Plivo-Signature-V3-Nonce": "n1", "X-Plivo-Signature-V3": plivo_v3_signature(
-            PLIVO_TOKEN, PUBLIC_URL + "/telephony/plivo/answer", "n1", PLIVO_FORM)}, True),
+        (
+            "wrong signature",
+            plivo,
+            {**form, "X-Plivo-Signature-V3": "AAAA", "X-Plivo-Signature-V3-Nonce": "n1"},
+            False,
+        ),
+        (
+            "Plivo signature",
+            plivo,
+            {
+                **form,
+                "X-Plivo-Signature-V3-Nonce": "n1",
+                "X-Plivo-Signature-V3": plivo_v3_signature(
+                    PLIVO_TOKEN, PUBLIC_URL + "/telephony/plivo/answer", "n1", PLIVO_FORM
+                ),
+            },
+            True,
+        ),
         ("no signature", texml, {"Content-Type": "application/json"}, False),
-        ("stale signature", texml, {"Content-Type": "application/json", "telnyx-timestamp": stale,
-                                    "telnyx-signature-ed25519": telnyx_stale}, False),
-        ("wrong signature", texml, {"Content-Type": "application/json", "telnyx-timestamp": now,
-                                    "telnyx-signature-ed25519": base64.b64encode(bytes(64)).decode()}, False),
-        ("Telnyx signature", texml, {"Content-Type": "application/json", "telnyx-timestamp": now,
-                                     "telnyx-signature-ed25519": telnyx_good}, True),
-        ("Twilio signature, other Origin", stream, {
-            "Origin": "https://evil.example",
-            "X-Twilio-Signature": twilio_signature(TWILIO_TOKEN, "wss://gw.example.com/telephony/twilio")}, False),
+        (
+            "stale signature",
+            texml,
+            {
+                "Content-Type": "application/json",
+                "telnyx-timestamp": stale,
+                "telnyx-signature-ed25519": telnyx_stale,
+            },
+            False,
+        ),
+        (
+            "wrong signature",
+            texml,
+            {
+                "Content-Type": "application/json",
+                "telnyx-timestamp": now,
+                "telnyx-signature-ed25519": base64.b64encode(bytes(64)).decode(),
+            },
+            False,
+        ),
+        (
+            "Telnyx signature",
+            texml,
+            {
+                "Content-Type": "application/json",
+                "telnyx-timestamp": now,
+                "telnyx-signature-ed25519": telnyx_good,
+            },
+            True,
+        ),
+        (
+            "Twilio signature, other Origin",
+            stream,
+            {
+                "Origin": "https://evil.example",
+                "X-Twilio-Signature": twilio_signature(TWILIO_TOKEN, "wss://gw.example.com/telephony/twilio"),
+            },
+            False,
+        ),
     ]
 
 
 # -- trying ----------------------------------------------------------------------------------------
 
 
-async def attempt(gw: Gateway, endpoint: Endpoint, headers: dict[str, str], protocols: list[str], query: str) -> str:
+async def attempt(
+    gw: Gateway, endpoint: Endpoint, headers: dict[str, str], protocols: list[str], query: str
+) -> str:
     """``in``, or the refusal's HTTP status."""
     path = endpoint.path
     if query:
@@ -270,7 +364,11 @@ async def attempt(gw: Gateway, endpoint: Endpoint, headers: dict[str, str], prot
         origin = headers.pop("Origin", None)
         try:
             async with ws_connect(
-                gw, path, additional_headers=headers, subprotocols=protocols or None, origin=origin,  # type: ignore[arg-type]
+                gw,
+                path,
+                additional_headers=headers,
+                subprotocols=protocols or None,
+                origin=origin,  # type: ignore[arg-type]
                 compression=None,
             ):
                 return "in"
@@ -280,8 +378,9 @@ async def attempt(gw: Gateway, endpoint: Endpoint, headers: dict[str, str], prot
 
 
 def _http(gw: Gateway, endpoint: Endpoint, path: str, headers: dict[str, str]) -> str:
-    request = urllib.request.Request(gw.base_url + path, data=endpoint.body or None, method=endpoint.method,
-                                     headers=headers)
+    request = urllib.request.Request(
+        gw.base_url + path, data=endpoint.body or None, method=endpoint.method, headers=headers
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             status = response.status
@@ -303,7 +402,9 @@ def expected(cred: Credential, endpoint: Endpoint) -> bool:
 
 
 async def test_every_way_in_and_every_refusal_on_every_endpoint(gateway: Gateway) -> None:
-    async with ws_connect(gateway, additional_headers={"Authorization": "Bearer sk-all"}, compression=None) as live:
+    async with ws_connect(
+        gateway, additional_headers={"Authorization": "Bearer sk-all"}, compression=None
+    ) as live:
         created, _ = await recv_until(live, "session.created")
         cols = endpoints(created["session"]["id"])
         rows = credentials(gateway)
@@ -343,10 +444,17 @@ async def test_every_way_in_and_every_refusal_on_every_endpoint(gateway: Gateway
     table += [f"{label:{width}} | " + " | ".join(f"{cell:14}" for cell in line) for label, line in matrix]
     print("\n" + "\n".join(table) + "\n\n" + "\n".join(carrier_lines))
     record(
-        "auth_matrix", cells=cells, bypasses=len(bypasses), wrong_refusals=len(wrong_refusals),
-        rows=len(rows), endpoints=[c.label for c in cols], carrier_cases=len(carrier_lines),
-        bypass_list=bypasses, wrong_refusal_list=wrong_refusals, table=table, carriers=carrier_lines,
+        "auth_matrix",
+        cells=cells,
+        bypasses=len(bypasses),
+        wrong_refusals=len(wrong_refusals),
+        rows=len(rows),
+        endpoints=[c.label for c in cols],
+        carrier_cases=len(carrier_lines),
+        bypass_list=bypasses,
+        wrong_refusal_list=wrong_refusals,
+        table=table,
+        carriers=carrier_lines,
     )
     assert not bypasses, bypasses
     assert not wrong_refusals, wrong_refusals
-

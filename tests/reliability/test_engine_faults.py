@@ -129,7 +129,8 @@ async def refused(front: Gateway) -> None:
 
 
 async def test_an_engine_crash_ends_every_session_with_an_error_and_4003_and_it_recovers(
-    pool: tuple[Gateway, Gateway, int], gateway_factory: GatewayFactory,
+    pool: tuple[Gateway, Gateway, int],
+    gateway_factory: GatewayFactory,
 ) -> None:
     front, backend, port = pool
     clients = [await open_turn(front, 3.0) for _ in range(3)]
@@ -155,8 +156,11 @@ async def test_an_engine_crash_ends_every_session_with_an_error_and_4003_and_it_
     await answered(front)
     state = readyz(front.base_url)
     record(
-        "engine_crash", sessions=len(clients), error_and_4003_after_s=[round(e, 3) for e in ended],
-        readyz_503_after_s=round(not_ready, 3), readyz_200_after_restart_s=round(ready_again, 3),
+        "engine_crash",
+        sessions=len(clients),
+        error_and_4003_after_s=[round(e, 3) for e in ended],
+        readyz_503_after_s=round(not_ready, 3),
+        readyz_200_after_restart_s=round(ready_again, 3),
         answered_after_restart_s=round(back_s, 2),
     )
     assert max(ended) < 2.0, ended
@@ -178,7 +182,9 @@ async def test_an_engine_that_falls_behind_slows_the_caller_and_drops_nothing(
     peak = [rss_before]
     try:
         await log.wait_for("session.created")
-        await send_json(ws, {"type": "session.update", "session": {"type": "realtime", "turn_detection": None}})
+        await send_json(
+            ws, {"type": "session.update", "session": {"type": "realtime", "turn_detection": None}}
+        )
         await log.wait_for("session.updated")
 
         async def stall_backend() -> None:
@@ -215,17 +221,29 @@ async def test_an_engine_that_falls_behind_slows_the_caller_and_drops_nothing(
         done_index, _ = await log.wait_for("response.done", 20, start=index)
         errors = [e for e in log.events if e["type"] == "error"]
         transcript = next(
-            (e["transcript"] for e in log.events[index:done_index + 1] if e["type"].endswith("transcript.done")), ""
+            (
+                e["transcript"]
+                for e in log.events[index : done_index + 1]
+                if e["type"].endswith("transcript.done")
+            ),
+            "",
         )
     finally:
         await log.aclose()
         await ws.close()
     growth_mib = (max(peak) - rss_before) / 1024
     record(
-        "engine_backpressure", uploaded_s=seconds, upload_speed=speed, upload_took_s=round(upload_s, 2),
-        upload_at_full_speed_s=round(seconds / speed, 2), backend_stopped_s=stop_s,
-        longest_send_wait_s=round(max(gaps), 2), errors=len(errors), echo_transcript=transcript,
-        rss_growth_mib=round(growth_mib, 1), response_id=response_id,
+        "engine_backpressure",
+        uploaded_s=seconds,
+        upload_speed=speed,
+        upload_took_s=round(upload_s, 2),
+        upload_at_full_speed_s=round(seconds / speed, 2),
+        backend_stopped_s=stop_s,
+        longest_send_wait_s=round(max(gaps), 2),
+        errors=len(errors),
+        echo_transcript=transcript,
+        rss_growth_mib=round(growth_mib, 1),
+        response_id=response_id,
     )
     assert not errors, errors
     # The stop reached the caller: once the buffers on the way were full, its sends waited
@@ -260,11 +278,13 @@ async def test_an_engine_that_hangs_ends_its_sessions_with_an_error_and_a_close(
     ready_again = await poll(lambda: readyz(front.base_url)["http_status"] == 200, 20)
     await answered(front)
     record(
-        "engine_hang", sessions=len(clients), readyz_503_after_s=round(not_ready, 2),
-        error_and_close_after_s=[round(e, 1) for e in ended], codes=codes,
+        "engine_hang",
+        sessions=len(clients),
+        readyz_503_after_s=round(not_ready, 2),
+        error_and_close_after_s=[round(e, 1) for e in ended],
+        codes=codes,
         readyz_200_after_resume_s=round(ready_again, 2),
     )
     assert all(code == ("engine_error", 4003) for code in codes), codes
     # A probe times out after 1 s, then the sessions' pings get no pong for 6 s: about 7 s.
     assert max(ended) < 15, ended
-

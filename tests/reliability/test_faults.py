@@ -99,7 +99,9 @@ async def say(ws: Any, audio: bytes, *, chunk_s: float = 1.0) -> None:
     """A turn the client commits itself."""
     step = int(RATE * chunk_s) * 2
     for offset in range(0, len(audio), step):
-        await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": b64(audio[offset : offset + step])}))
+        await ws.send(
+            json.dumps({"type": "input_audio_buffer.append", "audio": b64(audio[offset : offset + step])})
+        )
     await send_json(ws, {"type": "input_audio_buffer.commit"})
 
 
@@ -162,12 +164,20 @@ async def test_a_client_that_vanishes_mid_reply_frees_its_engine_session_within_
         await recv_until(ws, "response.output_audio.delta")
         assert readyz(paced.base_url)["engine_sessions"] == 1
         reset(ws)  # mid-reply, no close frame
-        releases.append(await wait_for(
-            lambda: (r := readyz(paced.base_url))["engine_sessions"] == 0 and r["sessions"] == 0, timeout=5,
-        ))
-    settled = await wait_for(lambda: tasks(paced) <= idle_tasks and fds(paced.proc.pid) <= idle_fds, timeout=5)
+        releases.append(
+            await wait_for(
+                lambda: (r := readyz(paced.base_url))["engine_sessions"] == 0 and r["sessions"] == 0,
+                timeout=5,
+            )
+        )
+    settled = await wait_for(
+        lambda: tasks(paced) <= idle_tasks and fds(paced.proc.pid) <= idle_fds, timeout=5
+    )
     record(
-        "vanish", release_s=[round(r, 3) for r in releases], tasks_idle=idle_tasks, fds_idle=idle_fds,
+        "vanish",
+        release_s=[round(r, 3) for r in releases],
+        tasks_idle=idle_tasks,
+        fds_idle=idle_fds,
         settled_s=round(settled, 3),
     )
     assert max(releases) < 1.0, releases
@@ -263,22 +273,32 @@ async def test_a_client_that_stops_reading_is_bounded_released_and_closed_4002(f
     stalled_ratio = statistics.median(stalled) / statistics.median(before)
     making_ratio = statistics.median(made_for_slow) / statistics.median(made_for_reader)
     record(
-        "slow_reader", reply_s=reply_s, reply_mib=round(reply_s / 0.02 * frame_bytes / 2**20, 1),
-        rss_growth_mib=round(growth_mib, 1), send_queue_bound_mib=round(queue_bound_mib, 1),
-        released_after_s=round(released, 2), send_timeout_s=SEND_TIMEOUT_S, close_code=close_code,
+        "slow_reader",
+        reply_s=reply_s,
+        reply_mib=round(reply_s / 0.02 * frame_bytes / 2**20, 1),
+        rss_growth_mib=round(growth_mib, 1),
+        send_queue_bound_mib=round(queue_bound_mib, 1),
+        released_after_s=round(released, 2),
+        send_timeout_s=SEND_TIMEOUT_S,
+        close_code=close_code,
         frames_read_after=received,
         first_audio_ms_alone=[round(x * 1000, 1) for x in before],
         first_audio_ms_while_stalled=[round(x * 1000, 1) for x in stalled],
         first_audio_ms_while_made_for_a_reader=[round(x * 1000, 1) for x in made_for_reader],
         first_audio_ms_while_made_for_the_slow_reader=[round(x * 1000, 1) for x in made_for_slow],
         median_ms={
-            "alone": median_ms(before), "stalled": median_ms(stalled),
-            "made_for_a_reader": median_ms(made_for_reader), "made_for_the_slow_reader": median_ms(made_for_slow),
+            "alone": median_ms(before),
+            "stalled": median_ms(stalled),
+            "made_for_a_reader": median_ms(made_for_reader),
+            "made_for_the_slow_reader": median_ms(made_for_slow),
         },
         gateway_cpu_share_while_stalled=round(stalled_cpu_share, 3),
-        stalled_vs_alone=round(stalled_ratio, 2), slow_vs_reader_while_made=round(making_ratio, 2),
+        stalled_vs_alone=round(stalled_ratio, 2),
+        slow_vs_reader_while_made=round(making_ratio, 2),
         # The noise: the two halves of the baseline (before the slow reader came, after it went).
-        alone_after_vs_alone_before=round(statistics.median(before[TURNS:]) / statistics.median(before[:TURNS]), 2),
+        alone_after_vs_alone_before=round(
+            statistics.median(before[TURNS:]) / statistics.median(before[:TURNS]), 2
+        ),
     )
     assert close_code == 4002
     # send_timeout_s after the backlog passed the high-water mark, or at once past four times it
@@ -316,8 +336,10 @@ async def test_a_client_that_never_reads_again_loses_its_connection(flood: Gatew
         while True:
             await asyncio.wait_for(slow.recv(), 10)
     record(
-        "never_reads_again", session_released_after_s=round(released, 2),
-        connection_dropped_after_s=round(dropped_after, 2), send_timeout_s=SEND_TIMEOUT_S,
+        "never_reads_again",
+        session_released_after_s=round(released, 2),
+        connection_dropped_after_s=round(dropped_after, 2),
+        send_timeout_s=SEND_TIMEOUT_S,
         close_code_seen=slow.close_code,
     )
     assert dropped_after < 3 * SEND_TIMEOUT_S + 5, dropped_after
@@ -326,13 +348,20 @@ async def test_a_client_that_never_reads_again_loses_its_connection(flood: Gatew
 # -- hostile input --------------------------------------------------------------------------------------
 
 
-async def test_a_frame_announced_above_the_hard_limit_is_refused_1009_before_its_payload(paced: Gateway) -> None:
+async def test_a_frame_announced_above_the_hard_limit_is_refused_1009_before_its_payload(
+    paced: Gateway,
+) -> None:
     async with ws_connect(paced, compression=None) as ws:
         await recv_until(ws, "session.created")
         sent = time.monotonic()
         ws.transport.write(frame(0x1, b'{"type":', length=HARD_MAX + 1))  # the header and 8 bytes of it
         assert await wait_closed(ws) == 1009
-        record("oversized_frame", announced_bytes=HARD_MAX + 1, sent_bytes=8, closed_after_s=round(time.monotonic() - sent, 3))
+        record(
+            "oversized_frame",
+            announced_bytes=HARD_MAX + 1,
+            sent_bytes=8,
+            closed_after_s=round(time.monotonic() - sent, 3),
+        )
 
 
 async def test_a_compression_bomb_is_refused_as_it_inflates(deflate: Gateway) -> None:
@@ -348,8 +377,12 @@ async def test_a_compression_bomb_is_refused_as_it_inflates(deflate: Gateway) ->
         assert ws.close_code == 1009
     growth_mib = (rss_kib(deflate.proc.pid) - rss_before) / 1024
     record(
-        "compression_bomb", inflated_mib=inflated >> 20, limit_mib=HARD_MAX >> 20, close_code=1009,
-        rss_growth_mib=round(growth_mib, 1), closed_after_s=round(time.monotonic() - started, 3),
+        "compression_bomb",
+        inflated_mib=inflated >> 20,
+        limit_mib=HARD_MAX >> 20,
+        close_code=1009,
+        rss_growth_mib=round(growth_mib, 1),
+        closed_after_s=round(time.monotonic() - started, 3),
     )
     assert growth_mib < 16, growth_mib
 
@@ -372,15 +405,28 @@ async def test_binary_frames_and_garbage_json_are_coded_errors_and_the_session_l
     async with ws_connect(paced, compression=None) as ws:
         await recv_until(ws, "session.created")
         codes = []
-        for message in (b"\x00\x01\x02", "{oops", "[1, 2]", '{"type": 7}', '{"type": "no.such"}', "\u0000", ""):
+        for message in (
+            b"\x00\x01\x02",
+            "{oops",
+            "[1, 2]",
+            '{"type": 7}',
+            '{"type": "no.such"}',
+            "\u0000",
+            "",
+        ):
             await ws.send(message)
             error, _ = await recv_until(ws, "error")
             codes.append(error["error"]["code"])
         await send_json(ws, {"type": "session.heartbeat"})
         await recv_until(ws, "session.heartbeat_ack")
     assert codes == [
-        "binary_not_supported", "invalid_json", "invalid_event", "invalid_event", "unknown_event",
-        "invalid_json", "invalid_json",
+        "binary_not_supported",
+        "invalid_json",
+        "invalid_event",
+        "invalid_event",
+        "unknown_event",
+        "invalid_json",
+        "invalid_json",
     ], codes
 
 
@@ -398,13 +444,18 @@ async def test_a_half_sent_handshake_is_closed_and_holds_no_session(paced: Gatew
         held = fds(paced.proc.pid) - idle_fds
         ready = readyz(paced.base_url)
         assert ready["sessions"] == 0 and ready["engine_sessions"] == 0, ready
-        closed_after = await wait_for(lambda: all(_closed_by_peer(s) for s in socks), timeout=HEAD_TIMEOUT_S + 5)
+        closed_after = await wait_for(
+            lambda: all(_closed_by_peer(s) for s in socks), timeout=HEAD_TIMEOUT_S + 5
+        )
         await wait_for(lambda: fds(paced.proc.pid) <= idle_fds, timeout=5)
     finally:
         for sock in socks:
             sock.close()
     record(
-        "half_handshake", connections=len(socks), fds_held_while_stalled=held, head_timeout_s=HEAD_TIMEOUT_S,
+        "half_handshake",
+        connections=len(socks),
+        fds_held_while_stalled=held,
+        head_timeout_s=HEAD_TIMEOUT_S,
         all_closed_after_s=round(closed_after + 0.3, 2),
     )
     assert held >= len(socks) - 1  # they were open, and now they are not

@@ -27,13 +27,21 @@ def test_connect_disconnect_cycles_and_resumes_leave_nothing_behind(tmp_path: Pa
     out = tmp_path / "soak.json"
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--cycles", "300", "--resumes", "50", "--json", str(out)],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert out.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
     record(
-        "soak_small", cycles=result["cycles"], resumes=result["resumes"], outcomes=result["outcomes"],
-        baseline=result["baseline_after_warmup"], final=result["final"], rss_growth=result["rss_growth"],
+        "soak_small",
+        cycles=result["cycles"],
+        resumes=result["resumes"],
+        outcomes=result["outcomes"],
+        baseline=result["baseline_after_warmup"],
+        final=result["final"],
+        rss_growth=result["rss_growth"],
         checks=result["checks"],
     )
     failed = [name for name, ok in result["checks"].items() if not ok]

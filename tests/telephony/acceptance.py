@@ -46,7 +46,9 @@ class Observer:
     def of(self, kind: str) -> list[tuple[float, dict[str, Any]]]:
         return [(at, e) for at, e in self.events if e["type"] == kind]
 
-    async def wait(self, match: Callable[[dict[str, Any]], bool], timeout: float = 30.0) -> tuple[float, dict[str, Any]]:
+    async def wait(
+        self, match: Callable[[dict[str, Any]], bool], timeout: float = 30.0
+    ) -> tuple[float, dict[str, Any]]:
         async with asyncio.timeout(timeout):
             while True:
                 for at, event in self.events:
@@ -83,7 +85,9 @@ async def observing(gateway: Gateway, call_id: str) -> AsyncIterator[Observer]:
 
 def caller_turn(rate: int, pad_after_s: float = 1.2) -> np.ndarray:
     speech = load_speech(rate)
-    return np.concatenate([np.zeros(rate // 2, np.float32), speech, np.zeros(int(rate * pad_after_s), np.float32)])
+    return np.concatenate(
+        [np.zeros(rate // 2, np.float32), speech, np.zeros(int(rate * pad_after_s), np.float32)]
+    )
 
 
 def _to_16k(samples: np.ndarray, rate: int) -> np.ndarray:
@@ -103,9 +107,11 @@ async def run_call(
 ) -> None:
     """The whole acceptance script for one carrier (see the module docstring)."""
     connect = {"subprotocols": list(subprotocols)} if subprotocols else {}
-    async with ws_connect(gateway, path, **connect) as ws, Phone(ws, wire) as phone, observing(
-        gateway, call_id
-    ) as observer:
+    async with (
+        ws_connect(gateway, path, **connect) as ws,
+        Phone(ws, wire) as phone,
+        observing(gateway, call_id) as observer,
+    ):
         # -- a spoken request, a spoken answer ------------------------------------------------
         await phone.say(encode(caller_turn(rate)))
         _, first = await observer.wait(lambda e: e["type"] == "response.done", timeout=40)
@@ -125,7 +131,7 @@ async def run_call(
         cleared_at = phone.clears[0]
         await observer.wait(lambda e: e["type"] == "conversation.item.truncated", timeout=10)
         detected_at = _detection_before(observer, cleared_at)
-        assert cleared_at - detected_at <= CLEAR_WITHIN_S, (cleared_at - detected_at)
+        assert cleared_at - detected_at <= CLEAR_WITHIN_S, cleared_at - detected_at
         _, truncated = await observer.wait(lambda e: e["type"] == "conversation.item.truncated", timeout=10)
         # The truncation is the last mark the carrier played before the clear, as the gateway
         # heard of it: the last playback report of the call before the truncation ...
@@ -147,7 +153,9 @@ async def run_call(
 
 def _detection_before(observer: Observer, cleared_at: float) -> float:
     """When the observer heard of the caller's speech that cut the reply (the last detection by the clear)."""
-    started = [at for at, _ in observer.of("input_audio_buffer.speech_started") if at <= cleared_at + CLEAR_WITHIN_S]
+    started = [
+        at for at, _ in observer.of("input_audio_buffer.speech_started") if at <= cleared_at + CLEAR_WITHIN_S
+    ]
     assert started, "the gateway did not detect the caller talking over the reply"
     return started[-1]
 

@@ -43,12 +43,19 @@ def _from_l16_be(data: bytes) -> np.ndarray:
 
 CARRIERS = {
     "twilio": Carrier("/telephony/twilio", twilio_wire.TwilioWire, twilio_wire.CALL_SID, 8_000, "g711_ulaw"),
-    "telnyx": Carrier("/telephony/telnyx", telnyx_wire.TelnyxWire, telnyx_wire.CALL_CONTROL_ID, 8_000, "g711_ulaw"),
+    "telnyx": Carrier(
+        "/telephony/telnyx", telnyx_wire.TelnyxWire, telnyx_wire.CALL_CONTROL_ID, 8_000, "g711_ulaw"
+    ),
     "plivo": Carrier("/telephony/plivo", plivo_wire.PlivoWire, plivo_wire.CALL_ID, 8_000, "g711_ulaw"),
     "exotel": Carrier("/telephony/exotel", exotel_wire.ExotelWire, exotel_wire.CALL_SID, 8_000, "pcm16"),
     "vonage": Carrier("/telephony/vonage", vonage_wire.VonageWire, vonage_wire.CALL_UUID, 16_000, "pcm16"),
     "asterisk": Carrier(
-        "/telephony/asterisk", asterisk_wire.AsteriskWire, asterisk_wire.CHANNEL_ID, 8_000, "g711_ulaw", ("media",)
+        "/telephony/asterisk",
+        asterisk_wire.AsteriskWire,
+        asterisk_wire.CHANNEL_ID,
+        8_000,
+        "g711_ulaw",
+        ("media",),
     ),
 }
 
@@ -65,7 +72,12 @@ def gateway(module_gateway_factory: GatewayFactory) -> Gateway:
 async def test_a_call_is_understood_answered_and_cut_off_cleanly(gateway: Gateway, name: str) -> None:
     carrier = CARRIERS[name]
     await run_call(
-        gateway, carrier.path, carrier.wire(), carrier.call_id, rate=carrier.rate,
-        encode=lambda samples: encode(samples, carrier.codec), decode=lambda data: decode(data, carrier.codec),
+        gateway,
+        carrier.path,
+        carrier.wire(),
+        carrier.call_id,
+        rate=carrier.rate,
+        encode=lambda samples: encode(samples, carrier.codec),
+        decode=lambda data: decode(data, carrier.codec),
         subprotocols=carrier.subprotocols,
     )

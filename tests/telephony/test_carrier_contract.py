@@ -49,7 +49,10 @@ def _twilio_signer(url: str, body: bytes, form: Mapping[str, str]) -> dict[str, 
 
 def _plivo_signer(url: str, body: bytes, form: Mapping[str, str]) -> dict[str, str]:
     nonce = "73214902713390571934"
-    return {"X-Plivo-Signature-V3": plivo_v3_signature(TOKEN, url, nonce, form), "X-Plivo-Signature-V3-Nonce": nonce}
+    return {
+        "X-Plivo-Signature-V3": plivo_v3_signature(TOKEN, url, nonce, form),
+        "X-Plivo-Signature-V3-Nonce": nonce,
+    }
 
 
 def _telnyx_signer(url: str, body: bytes, form: Mapping[str, str]) -> dict[str, str]:
@@ -80,26 +83,33 @@ class Case:
 
 CASES: dict[str, Case] = {
     "twilio": Case(
-        twilio_wire.TwilioWire, twilio_wire.CALL_SID,
-        signing={"auth_token": TOKEN}, signer=_twilio_signer,
+        twilio_wire.TwilioWire,
+        twilio_wire.CALL_SID,
+        signing={"auth_token": TOKEN},
+        signer=_twilio_signer,
         credentials={"account_sid": "AC1", "auth_token": TOKEN, "api_base_url": "https://api.twilio.test"},
         hangup=("POST", f"https://api.twilio.test/2010-04-01/Accounts/AC1/Calls/{twilio_wire.CALL_SID}.json"),
     ),
     "telnyx": Case(
-        telnyx_wire.TelnyxWire, telnyx_wire.CALL_CONTROL_ID,
-        signing={"public_key": _telnyx_public_key()}, signer=_telnyx_signer,
+        telnyx_wire.TelnyxWire,
+        telnyx_wire.CALL_CONTROL_ID,
+        signing={"public_key": _telnyx_public_key()},
+        signer=_telnyx_signer,
         credentials={"api_key": "KEY1", "api_base_url": "https://api.telnyx.test/"},
         hangup=("POST", f"https://api.telnyx.test/v2/calls/{telnyx_wire.CALL_CONTROL_ID}/actions/hangup"),
     ),
     "plivo": Case(
-        plivo_wire.PlivoWire, plivo_wire.CALL_ID,
-        signing={"auth_token": TOKEN}, signer=_plivo_signer,
+        plivo_wire.PlivoWire,
+        plivo_wire.CALL_ID,
+        signing={"auth_token": TOKEN},
+        signer=_plivo_signer,
         credentials={"auth_id": "MA1", "auth_token": TOKEN, "api_base_url": "https://api.plivo.test"},
         hangup=("DELETE", f"https://api.plivo.test/v1/Account/MA1/Call/{plivo_wire.CALL_ID}/"),
     ),
     "exotel": Case(exotel_wire.ExotelWire, exotel_wire.CALL_SID),
     "vonage": Case(
-        vonage_wire.VonageWire, vonage_wire.CALL_UUID,
+        vonage_wire.VonageWire,
+        vonage_wire.CALL_UUID,
         credentials={"jwt": "eyJ.contract.jwt", "api_base_url": "https://api.vonage.test"},
         hangup=("PUT", f"https://api.vonage.test/v1/calls/{vonage_wire.CALL_UUID}"),
     ),
@@ -218,8 +228,12 @@ def test_a_signed_webhook_is_let_in_and_a_tampered_one_refused(name: str) -> Non
         assert not found.signatures(found.settings_of(_settings(name, case.credentials).telephony))
         pytest.skip(f"{name} signs no webhook")
     assert found.answer_hook is not None
-    assert not found.signatures(found.settings_of(_settings(name, {}).telephony)), "signatures on without a key"
-    client = TestClient(create_app(_settings(name, case.signing), EchoEngine()), base_url="http://10.0.0.5:8000")
+    assert not found.signatures(found.settings_of(_settings(name, {}).telephony)), (
+        "signatures on without a key"
+    )
+    client = TestClient(
+        create_app(_settings(name, case.signing), EchoEngine()), base_url="http://10.0.0.5:8000"
+    )
     path = f"/telephony/{name}/{found.answer_hook.path}?profile=sales"
     body = urllib.parse.urlencode(FORM).encode()
     headers = {"Content-Type": "application/x-www-form-urlencoded", **case.signer(PUBLIC + path, body, FORM)}
@@ -239,9 +253,13 @@ def test_a_hang_up_is_the_rest_call_the_carrier_documents(name: str) -> None:
         assert unconfigured == (HangupOutcome.UNSUPPORTED, None)
         pytest.skip(f"{name} has no REST hang-up: closing the stream (or its in-band hang-up) ends the call")
     assert unconfigured == (HangupOutcome.NOT_CONFIGURED, None)
-    request = found.hangup_request(case.call_id, found.settings_of(_settings(name, case.credentials).telephony))
+    request = found.hangup_request(
+        case.call_id, found.settings_of(_settings(name, case.credentials).telephony)
+    )
     assert isinstance(request, HangupRequest)
     assert (request.method, request.url) == case.hangup
     assert request.auth is not None or request.headers.get("Authorization", "").startswith("Bearer ")
-    assert found.needs(found.settings_of(_settings(name, case.credentials).telephony)), "its HTTP extra is not declared"
+    assert found.needs(found.settings_of(_settings(name, case.credentials).telephony)), (
+        "its HTTP extra is not declared"
+    )
     assert not found.already_ended(500, frozenset())

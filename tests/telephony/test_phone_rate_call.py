@@ -62,7 +62,9 @@ def _caller_track(recordings: Path, timeout: float = 20.0) -> npt.NDArray[np.flo
     raise AssertionError(f"no finished recording in {recordings}")
 
 
-async def test_an_answer_over_the_replys_end_reaches_the_engine_as_spoken(gateway: Gateway, recordings: Path) -> None:
+async def test_an_answer_over_the_replys_end_reaches_the_engine_as_spoken(
+    gateway: Gateway, recordings: Path
+) -> None:
     first = _line(PHRASES[5].load(PHONE_RATE), 0.5, 0.8)
     answer = _line(PHRASES[1].load(PHONE_RATE), 0.0, 1.2)
     async with ws_connect(gateway, "/telephony/twilio") as ws, Phone(ws, TwilioWire()) as phone:

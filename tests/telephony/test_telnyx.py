@@ -176,6 +176,7 @@ def test_a_codec_the_gateway_cannot_decode_is_refused_and_ends_the_call(
 
 def test_g722_both_ways() -> None:
     import G722 as g722  # a pinned dependency of the gateway
+
     carrier = TelnyxCarrier()
     (start,) = carrier.parse(_start_with({"encoding": "G722", "sample_rate": 8000}))
     assert isinstance(start, call.CallStart)

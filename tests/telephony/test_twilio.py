@@ -34,7 +34,10 @@ def test_start_media_mark_dtmf_stop() -> None:
     (start,) = events  # "connected" carries nothing
     assert isinstance(start, call.CallStart)
     assert (start.call_id, start.stream_id, start.caller, start.callee) == (
-        CALL_SID, STREAM_SID, "+14155550100", "+14155550199"
+        CALL_SID,
+        STREAM_SID,
+        "+14155550100",
+        "+14155550199",
     )
     assert start.parameters["tenant"] == "acme" and start.input_format == start.output_format == ULAW
     wire = TwilioWire()
@@ -48,7 +51,11 @@ def test_outbound_messages_in_twilios_shapes() -> None:
     twilio, _ = started()
     (media,) = twilio.media(b"\x7f\xff")
     assert json.loads(media) == {"event": "media", "streamSid": STREAM_SID, "media": {"payload": "f/8="}}
-    assert json.loads(str(twilio.mark("1.2"))) == {"event": "mark", "streamSid": STREAM_SID, "mark": {"name": "1.2"}}
+    assert json.loads(str(twilio.mark("1.2"))) == {
+        "event": "mark",
+        "streamSid": STREAM_SID,
+        "mark": {"name": "1.2"},
+    }
     assert json.loads(str(twilio.clear())) == {"event": "clear", "streamSid": STREAM_SID}
     assert twilio.hangup() is None  # closing the stream ends a <Connect><Stream> call
 
@@ -62,7 +69,10 @@ def test_outbound_messages_in_twilios_shapes() -> None:
         ('{"event":"media"}', ErrorCode.INVALID_EVENT),
         ('{"event":"media","media":{"payload":"***"}}', ErrorCode.INVALID_EVENT),
         ('{"event":"start","start":{"callSid":"CA1"}}', ErrorCode.INVALID_EVENT),
-        ('{"event":"start","start":{"streamSid":"MZ1","mediaFormat":{"encoding":"audio/x-l16"}}}', ErrorCode.UNSUPPORTED_AUDIO_FORMAT),
+        (
+            '{"event":"start","start":{"streamSid":"MZ1","mediaFormat":{"encoding":"audio/x-l16"}}}',
+            ErrorCode.UNSUPPORTED_AUDIO_FORMAT,
+        ),
         ('{"event":"nonsense"}', ErrorCode.INVALID_EVENT),
     ],
 )
@@ -102,8 +112,12 @@ def dialect(setup: CallSetup | None = None, parameters: dict[str, str] | None = 
 
 
 def test_the_start_opens_the_session_in_the_calls_format_with_the_numbers_profile() -> None:
-    setup = CallSetup(profiles={"+14155550199": CallProfile(instructions="You are the front desk.", voice="joe"),
-                                "vip": CallProfile(instructions="Greet the VIP.")})
+    setup = CallSetup(
+        profiles={
+            "+14155550199": CallProfile(instructions="You are the front desk.", voice="joe"),
+            "vip": CallProfile(instructions="Greet the VIP."),
+        }
+    )
     d = CallDialect(TwilioCarrier(), setup)
     connected, start = TwilioWire({"to": "+14155550199"}).greeting()
     assert d.parse(connected) == []
@@ -130,7 +144,12 @@ def test_caller_audio_dtmf_marks_and_hang_up_become_commands() -> None:
 def test_reply_audio_is_paced_and_a_barge_in_clears_and_truncates() -> None:
     d = dialect()
     d.render(ev.SessionCreated(session_id="s", config=SessionConfig()), seq=1)
-    assert d.render(ev.AudioDelta(response_id="r1", item_id="i1", audio=bytes(8_000), rate=8_000, encoded=True), seq=2) is None
+    assert (
+        d.render(
+            ev.AudioDelta(response_id="r1", item_id="i1", audio=bytes(8_000), rate=8_000, encoded=True), seq=2
+        )
+        is None
+    )
     frames, wake = d.pump(0.0)
     kinds = [json.loads(f)["event"] for f in frames]
     assert kinds == ["media", "mark"] * 3 and wake is not None

@@ -161,7 +161,10 @@ class OfflineBrain:
             if request.may_call:
                 call = self.router.route(heard, request.tools, request.tool_choice, now=request.now)
                 if call is not None:
-                    return [Call(call_id=new_call_id(), name=call.name, arguments=call.arguments_json()), End()]
+                    return [
+                        Call(call_id=new_call_id(), name=call.name, arguments=call.arguments_json()),
+                        End(),
+                    ]
             text = self.responder.reply(heard, now=request.now)
         text, cut = cap_words(text, request.max_output_tokens)
         parts: list[Part] = [Say(text=sentence) for sentence in split_sentences(text)]
@@ -172,8 +175,11 @@ class OfflineBrain:
     def _call_for(output: FunctionOutput, request: ReplyRequest) -> ToolCall:
         """The call ``output`` answers, as the router's value (a call it did not make, too)."""
         made: FunctionCall | None = next(
-            (entry for entry in reversed(request.context)
-             if isinstance(entry, FunctionCall) and entry.call_id == output.call_id),
+            (
+                entry
+                for entry in reversed(request.context)
+                if isinstance(entry, FunctionCall) and entry.call_id == output.call_id
+            ),
             None,
         ) or request.calls.get(output.call_id)
         if made is None:

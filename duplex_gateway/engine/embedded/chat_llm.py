@@ -230,9 +230,15 @@ class ChatClient:
         except ValueError:
             return ()
         data = listed.get("data") if isinstance(listed, dict) else None
-        return tuple(
-            entry["id"] for entry in data or () if isinstance(entry, dict) and isinstance(entry.get("id"), str)
-        ) if isinstance(data, list) else ()
+        return (
+            tuple(
+                entry["id"]
+                for entry in data or ()
+                if isinstance(entry, dict) and isinstance(entry.get("id"), str)
+            )
+            if isinstance(data, list)
+            else ()
+        )
 
     async def stream(
         self,

@@ -275,7 +275,8 @@ async def settled(entries: Sequence[Entry], timeout_s: float) -> tuple[Entry, ..
         await asyncio.wait(running, timeout=timeout_s)
     return tuple(
         replace(entry, text=entry.known_text, heard=None)
-        if isinstance(entry, Message) and entry.heard is not None else entry
+        if isinstance(entry, Message) and entry.heard is not None
+        else entry
         for entry in entries
     )
 
@@ -285,12 +286,18 @@ def from_context(items: Iterable[port.ContextItem]) -> tuple[Entry, ...]:
     entries: list[Entry] = []
     for item in items:
         if item.kind == "function_call":
-            entries.append(FunctionCall(
-                item_id=item.id or None, call_id=item.call_id or "", name=item.name or "",
-                arguments=item.arguments or "{}",
-            ))
+            entries.append(
+                FunctionCall(
+                    item_id=item.id or None,
+                    call_id=item.call_id or "",
+                    name=item.name or "",
+                    arguments=item.arguments or "{}",
+                )
+            )
         elif item.kind == "function_call_output":
-            entries.append(FunctionOutput(item_id=item.id or None, call_id=item.call_id or "", output=item.output or ""))
+            entries.append(
+                FunctionOutput(item_id=item.id or None, call_id=item.call_id or "", output=item.output or "")
+            )
         else:
             entries.append(Message(item_id=item.id or None, role=item.role, text=item.text))
     return tuple(entries[-MAX_ENTRIES:])
@@ -331,12 +338,20 @@ def chat_messages(
         group.clear()
         if not answered:
             return
-        messages.append(ChatMessage(role="assistant", tool_calls=tuple(
-            ChatToolCall(id=call.call_id, name=call.name, arguments=call.arguments) for call in answered
-        )))
+        messages.append(
+            ChatMessage(
+                role="assistant",
+                tool_calls=tuple(
+                    ChatToolCall(id=call.call_id, name=call.name, arguments=call.arguments)
+                    for call in answered
+                ),
+            )
+        )
         for call in answered:
             placed.add(call.call_id)
-            messages.append(ChatMessage(role="tool", tool_call_id=call.call_id, content=outputs[call.call_id].output))
+            messages.append(
+                ChatMessage(role="tool", tool_call_id=call.call_id, content=outputs[call.call_id].output)
+            )
 
     for entry in entries:
         if isinstance(entry, FunctionCall):
@@ -360,8 +375,11 @@ def chat_messages(
         else:
             text = clean_transcript(entry.known_text) if entry.audio else entry.known_text
             if text.strip():
-                role: ChatRole = "assistant" if entry.role == "assistant" else (
-                    "system" if entry.role == "system" else "user")
+                role: ChatRole = (
+                    "assistant"
+                    if entry.role == "assistant"
+                    else ("system" if entry.role == "system" else "user")
+                )
                 messages.append(ChatMessage(role=role, content=text))
     flush()
     return messages

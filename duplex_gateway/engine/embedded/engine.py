@@ -178,8 +178,11 @@ class EmbeddedSession(port.EngineSession):
             # Superseded: the commit can only reuse the transcription of the longest turn.
             self._early[1].cancel()
         pcm = bytes(self._turn)
-        logger.debug("session %s: caller paused after %.2f s of turn; transcribing early",
-                     self._session_id, len(pcm) / 2 / SAMPLE_RATE)
+        logger.debug(
+            "session %s: caller paused after %.2f s of turn; transcribing early",
+            self._session_id,
+            len(pcm) / 2 / SAMPLE_RATE,
+        )
         job = self._engine.submit(Priority.EARLY, self._engine.transcribe, pcm)
         early = asyncio.wrap_future(job)
         # A failed guess is not an error; the commit transcribes again.
@@ -199,11 +202,15 @@ class EmbeddedSession(port.EngineSession):
             return
         early, pcm = self._reusable_early(bytes(self._turn))
         logger.debug(
-            "session %s commit %s: %s", self._session_id, item_id,
+            "session %s commit %s: %s",
+            self._session_id,
+            item_id,
             "reusing the transcription started at the pause" if early else "transcribing now",
         )
         if early is None and self._early is not None:
-            self._early[1].cancel()  # not reused (the caller went on, or it is still queued): not worth finishing
+            self._early[
+                1
+            ].cancel()  # not reused (the caller went on, or it is still queued): not worth finishing
         self._turn.clear()
         self._turn_total = 0
         self._early = None
@@ -220,7 +227,13 @@ class EmbeddedSession(port.EngineSession):
             await self.create_response(response_id=response_id, instructions=None)
 
     async def add_item(
-        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None, images: Sequence[str] = ()
+        self,
+        *,
+        item_id: str,
+        role: str,
+        text: str,
+        previous_item_id: str | None = None,
+        images: Sequence[str] = (),
     ) -> None:
         # A user item is answered like a heard turn by the next reply; system and assistant
         # items are context for the language model (the offline responder reads only the last input).
@@ -238,7 +251,9 @@ class EmbeddedSession(port.EngineSession):
     ) -> None:
         self._history.add(FunctionOutput(item_id=item_id, call_id=call_id, output=output), previous_item_id)
 
-    async def delete_item(self, item_id: str, *, response_id: str | None = None, call_id: str | None = None) -> None:
+    async def delete_item(
+        self, item_id: str, *, response_id: str | None = None, call_id: str | None = None
+    ) -> None:
         # The gateway names its replies' messages and calls; the engine knows them by reply and call id.
         self._history.delete(item_id, response_id=response_id, call_id=call_id)
 
@@ -583,7 +598,8 @@ class EmbeddedEngine(port.Engine):
                 await client.aclose()
                 logger.warning(
                     "LLM endpoint %s names no model and none is configured (engine.embedded.llm.model); "
-                    "answering with the offline responder", client.where,
+                    "answering with the offline responder",
+                    client.where,
                 )
                 return
             await client.aclose()

@@ -50,7 +50,10 @@ __all__ = ["LlmBrain"]
 logger = logging.getLogger(__name__)
 
 #: OpenAI's finish reasons that mean the reply was cut short, as the reply's (status, reason).
-_CUT_SHORT: Final = {"length": (INCOMPLETE, MAX_TOKENS_REASON), "content_filter": (INCOMPLETE, "content_filter")}
+_CUT_SHORT: Final = {
+    "length": (INCOMPLETE, MAX_TOKENS_REASON),
+    "content_filter": (INCOMPLETE, "content_filter"),
+}
 
 
 class _Runs:
@@ -129,5 +132,8 @@ class LlmBrain:
             return
         status, reason = _CUT_SHORT.get(finished.reason or "", ("completed", None))
         yield End(
-            status=status, reason=reason, input_tokens=finished.input_tokens, output_tokens=finished.output_tokens
+            status=status,
+            reason=reason,
+            input_tokens=finished.input_tokens,
+            output_tokens=finished.output_tokens,
         )

@@ -54,6 +54,8 @@ SYNTHESIS_WAIT_S: Final = 30.0
 #: Longest wait for a stopped reply to wind down (it stops at its next await; closing a
 #: model's HTTP stream is the slowest part).
 STOP_WAIT_S: Final = 2.0
+
+
 #: Events of a reply that a stop takes back out of the queue if the reader has not read them.
 class Pacer:
     """Releases reply audio at ``pace`` times real time, ``lead_s`` ahead of the listener.
@@ -131,7 +133,10 @@ class ReplyRun:
             played = self.pacer.played_s()
             heard_ms = 1000.0 * (min(sent_s, played) if played is not None else sent_s)
         return Spoken(
-            response_id=self.response_id, pieces=tuple(self.pieces), heard_ms=heard_ms, cut=cut,
+            response_id=self.response_id,
+            pieces=tuple(self.pieces),
+            heard_ms=heard_ms,
+            cut=cut,
             audio=not self.text_only,
         )
 
@@ -191,12 +196,16 @@ class SessionReplies:
         while len(self._calls) > MAX_CALLS:
             self._calls.popitem(last=False)
 
-    async def start(self, response_id: str, instructions: str | None, options: port.ResponseOptions | None) -> None:
+    async def start(
+        self, response_id: str, instructions: str | None, options: port.ResponseOptions | None
+    ) -> None:
         """Start a reply; one in the conversation first stops the conversation's reply in progress."""
         if options is None:  # a reply the gateway started on a commit: the session's settings
             config = self._config()
             options = port.ResponseOptions(
-                modalities=config.output_modalities, tools=config.tools, tool_choice=config.tool_choice,
+                modalities=config.output_modalities,
+                tools=config.tools,
+                tool_choice=config.tool_choice,
                 max_output_tokens=config.max_output_tokens,
             )
         if not options.out_of_band:
@@ -209,7 +218,9 @@ class SessionReplies:
             )
             return
         engine = self._engine
-        run = ReplyRun(response_id=response_id, options=options, pacer=Pacer(engine.pace, engine.lead_ms / 1000.0))
+        run = ReplyRun(
+            response_id=response_id, options=options, pacer=Pacer(engine.pace, engine.lead_ms / 1000.0)
+        )
         # The reply answers the conversation as it is now; what is added later is for the next one.
         conversation = self._history.snapshot()
         run.task = asyncio.create_task(
@@ -231,7 +242,9 @@ class SessionReplies:
 
     # -- one reply -----------------------------------------------------------------------
 
-    async def _respond(self, run: ReplyRun, instructions: str | None, conversation: tuple[Entry, ...]) -> None:
+    async def _respond(
+        self, run: ReplyRun, instructions: str | None, conversation: tuple[Entry, ...]
+    ) -> None:
         engine = self._engine
         response_id = run.response_id
         options = run.options
@@ -265,15 +278,22 @@ class SessionReplies:
                 self._history.put_reply(run.spoken(cut=True))  # heard to its end, but it stopped short
             if end.error is not None:
                 await self._events.put(port.EngineError(code="reply_failed", message=end.error))
-            await self._events.put(port.EngineResponseDone(
-                response_id=response_id, status=end.status, reason=end.reason,
-                input_tokens=end.input_tokens, output_tokens=end.output_tokens,
-            ))
+            await self._events.put(
+                port.EngineResponseDone(
+                    response_id=response_id,
+                    status=end.status,
+                    reason=end.reason,
+                    input_tokens=end.input_tokens,
+                    output_tokens=end.output_tokens,
+                )
+            )
         except asyncio.CancelledError:
             raise  # _stop reports it, also for a reply cancelled before it ran
         except Exception as exc:
             logger.exception("reply %s of session %s failed", response_id, self._session_id)
-            self._events.put_urgent(port.EngineError(code="reply_failed", message=f"{type(exc).__name__}: {exc}"))
+            self._events.put_urgent(
+                port.EngineError(code="reply_failed", message=f"{type(exc).__name__}: {exc}")
+            )
             self._events.put_urgent(
                 port.EngineResponseDone(response_id=response_id, status="failed", reason="engine_error")
             )
@@ -286,7 +306,9 @@ class SessionReplies:
         if run.text_only:
             # Nothing to synthesize: the gateway would drop a text reply's audio anyway.
             if not run.pieces:
-                await self._events.put(port.EngineTimings(response_id=response_id, stages=stages.up_to_reply()))
+                await self._events.put(
+                    port.EngineTimings(response_id=response_id, stages=stages.up_to_reply())
+                )
             delta = sentence if not run.pieces else f" {sentence}"
             run.pieces.append((0.0, 0.0, sentence))
             self._note_said(run)
@@ -304,7 +326,9 @@ class SessionReplies:
                     Priority.SPEECH, engine.models.voice.synthesize, piece, speed=self._config().speed
                 )
             if not run.pieces:
-                await self._events.put(port.EngineTimings(response_id=response_id, stages=stages.with_speech()))
+                await self._events.put(
+                    port.EngineTimings(response_id=response_id, stages=stages.with_speech())
+                )
             delta = piece if not run.pieces else f" {piece}"
             start_ms = run.audio_s * 1000.0
             run.pieces.append((start_ms, start_ms + len(pcm) * 500.0 / rate, piece))
@@ -322,13 +346,17 @@ class SessionReplies:
         call_id = run.call_id(part.call_id, taken)
         response_id = run.response_id
         if isinstance(part, CallDelta):
-            await self._events.put(port.EngineFunctionCallDelta(
-                response_id=response_id, call_id=call_id, name=part.name, delta=part.delta
-            ))
+            await self._events.put(
+                port.EngineFunctionCallDelta(
+                    response_id=response_id, call_id=call_id, name=part.name, delta=part.delta
+                )
+            )
             return
-        await self._events.put(port.EngineFunctionCall(
-            response_id=response_id, call_id=call_id, name=part.name, arguments=part.arguments
-        ))
+        await self._events.put(
+            port.EngineFunctionCall(
+                response_id=response_id, call_id=call_id, name=part.name, arguments=part.arguments
+            )
+        )
         call = FunctionCall(item_id=None, call_id=call_id, name=part.name, arguments=part.arguments)
         self.remember_call(call)
         if not run.out_of_band:

@@ -31,55 +31,319 @@ _Span = tuple[int, int]
 
 # Words that say nothing about which tool is meant: function words, generic
 # verbs ("get_weather" is about weather, not getting), and schema boilerplate.
-_STOP: Final = frozenset([
-    "a", "an", "the", "and", "or", "but", "if", "of", "to", "in", "on", "at", "by", "for", "from", "with",
-    "about", "into", "up", "out", "over", "under", "as", "than", "then", "so", "i", "me", "my", "mine", "im",
-    "i'm", "i'd", "i'll", "we", "us", "our", "you", "your", "it", "its", "it's", "he", "she", "they", "them",
-    "their", "this", "that", "these", "those", "there", "here", "is", "are", "was", "were", "be", "been",
-    "am", "do", "does", "did", "doing", "have", "has", "had", "can", "could", "would", "will", "should",
-    "may", "might", "must", "what", "what's", "whats", "which", "who", "when", "where", "why", "how", "get",
-    "set", "make", "tell", "give", "show", "let", "know", "want", "wanna", "need", "like", "please", "just",
-    "also", "again", "really", "very", "some", "any", "all", "more", "most", "much", "many", "hi", "hello",
-    "hey", "thanks", "thank", "ok", "okay", "yes", "no", "yeah", "sure", "well", "oh", "um", "uh", "now",
-    "right", "current", "currently", "someone", "something", "function", "tool", "return", "returns", "given",
-    "specified", "specific", "provided", "use", "using", "user", "optional", "required", "default", "e", "g",
-    "eg", "etc", "format", "string", "value", "info", "information", "data", "iso", "yyyy", "mm", "dd", "hh",
-])
+_STOP: Final = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "if",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "from",
+        "with",
+        "about",
+        "into",
+        "up",
+        "out",
+        "over",
+        "under",
+        "as",
+        "than",
+        "then",
+        "so",
+        "i",
+        "me",
+        "my",
+        "mine",
+        "im",
+        "i'm",
+        "i'd",
+        "i'll",
+        "we",
+        "us",
+        "our",
+        "you",
+        "your",
+        "it",
+        "its",
+        "it's",
+        "he",
+        "she",
+        "they",
+        "them",
+        "their",
+        "this",
+        "that",
+        "these",
+        "those",
+        "there",
+        "here",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "am",
+        "do",
+        "does",
+        "did",
+        "doing",
+        "have",
+        "has",
+        "had",
+        "can",
+        "could",
+        "would",
+        "will",
+        "should",
+        "may",
+        "might",
+        "must",
+        "what",
+        "what's",
+        "whats",
+        "which",
+        "who",
+        "when",
+        "where",
+        "why",
+        "how",
+        "get",
+        "set",
+        "make",
+        "tell",
+        "give",
+        "show",
+        "let",
+        "know",
+        "want",
+        "wanna",
+        "need",
+        "like",
+        "please",
+        "just",
+        "also",
+        "again",
+        "really",
+        "very",
+        "some",
+        "any",
+        "all",
+        "more",
+        "most",
+        "much",
+        "many",
+        "hi",
+        "hello",
+        "hey",
+        "thanks",
+        "thank",
+        "ok",
+        "okay",
+        "yes",
+        "no",
+        "yeah",
+        "sure",
+        "well",
+        "oh",
+        "um",
+        "uh",
+        "now",
+        "right",
+        "current",
+        "currently",
+        "someone",
+        "something",
+        "function",
+        "tool",
+        "return",
+        "returns",
+        "given",
+        "specified",
+        "specific",
+        "provided",
+        "use",
+        "using",
+        "user",
+        "optional",
+        "required",
+        "default",
+        "e",
+        "g",
+        "eg",
+        "etc",
+        "format",
+        "string",
+        "value",
+        "info",
+        "information",
+        "data",
+        "iso",
+        "yyyy",
+        "mm",
+        "dd",
+        "hh",
+    ]
+)
 # Words a caller uses for the words tool names are made of; each group reads as its key.
 _GROUPS: Final = {
-    "book": ["reserve", "reservation"], "search": ["find", "look", "lookup"],
-    "doc": ["document", "documentation"], "transfer": ["connect", "forward"],
-    "call": ["phone", "ring"], "delete": ["remove", "erase"],
+    "book": ["reserve", "reservation"],
+    "search": ["find", "look", "lookup"],
+    "doc": ["document", "documentation"],
+    "transfer": ["connect", "forward"],
+    "call": ["phone", "ring"],
+    "delete": ["remove", "erase"],
     "weather": ["forecast", "temperature", "rain", "snow", "sunny", "hot", "cold", "warm"],
 }
 _UNIT_WORDS: Final = [
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
 ]
 _UNITS: Final = {w: i for i, w in enumerate(_UNIT_WORDS)}
-_TENS: Final = {w: 10 * i for i, w in enumerate(["twenty", "thirty", "forty", "fifty", "sixty", "seventy",
-                                                  "eighty", "ninety"], 2)}
+_TENS: Final = {
+    w: 10 * i
+    for i, w in enumerate(["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"], 2)
+}
 _SCALES: Final = {"hundred": 100, "thousand": 1000}
 _NUMBER_WORDS: Final = frozenset([*_UNITS, *_TENS, *_SCALES, "point"])
 _WEEKDAYS: Final = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
-_MONTHS: Final = ["january", "february", "march", "april", "may", "june", "july", "august", "september",
-                  "october", "november", "december"]
-_ORDINALS: Final = {w: i for i, w in enumerate(
-    ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth",
-     "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth", "seventeenth", "eighteenth",
-     "nineteenth", "twentieth"], 1)} | {"thirtieth": 30, "thirty first": 31}
+_MONTHS: Final = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+]
+_ORDINALS: Final = {
+    w: i
+    for i, w in enumerate(
+        [
+            "first",
+            "second",
+            "third",
+            "fourth",
+            "fifth",
+            "sixth",
+            "seventh",
+            "eighth",
+            "ninth",
+            "tenth",
+            "eleventh",
+            "twelfth",
+            "thirteenth",
+            "fourteenth",
+            "fifteenth",
+            "sixteenth",
+            "seventeenth",
+            "eighteenth",
+            "nineteenth",
+            "twentieth",
+        ],
+        1,
+    )
+} | {"thirtieth": 30, "thirty first": 31}
 _ORDINALS.update({f"twenty {w}": 20 + i for w, i in list(_ORDINALS.items()) if i < 10})
 # What a string parameter is about, from words in its name (or, failing that, its description).
-_PLACE: Final = frozenset(["city", "location", "place", "town", "country", "destination", "address", "region",
-                           "area", "where", "origin", "venue"])
-_PERSON: Final = frozenset(["name", "person", "contact", "recipient", "guest", "who", "attendee", "customer",
-                            "username", "callee", "agent"])
-_TEXT: Final = frozenset(["query", "text", "message", "question", "q", "prompt", "search", "term", "keyword",
-                          "keywords", "topic", "subject", "input", "content", "body", "note"])
+_PLACE: Final = frozenset(
+    [
+        "city",
+        "location",
+        "place",
+        "town",
+        "country",
+        "destination",
+        "address",
+        "region",
+        "area",
+        "where",
+        "origin",
+        "venue",
+    ]
+)
+_PERSON: Final = frozenset(
+    [
+        "name",
+        "person",
+        "contact",
+        "recipient",
+        "guest",
+        "who",
+        "attendee",
+        "customer",
+        "username",
+        "callee",
+        "agent",
+    ]
+)
+_TEXT: Final = frozenset(
+    [
+        "query",
+        "text",
+        "message",
+        "question",
+        "q",
+        "prompt",
+        "search",
+        "term",
+        "keyword",
+        "keywords",
+        "topic",
+        "subject",
+        "input",
+        "content",
+        "body",
+        "note",
+    ]
+)
 _NEGATIONS: Final = frozenset(["no", "not", "without", "dont", "don't", "never", "disable", "off", "false"])
 # Fill order: an enum value, a date or a count claims its words before a free-text field may.
-_PRIORITY: Final = {"enum": 0, "date": 1, "time": 1, "datetime": 1, "number": 2, "bool": 3, "place": 4,
-                    "person": 5, "generic": 6, "text": 7, "skip": 8}
+_PRIORITY: Final = {
+    "enum": 0,
+    "date": 1,
+    "time": 1,
+    "datetime": 1,
+    "number": 2,
+    "bool": 3,
+    "place": 4,
+    "person": 5,
+    "generic": 6,
+    "text": 7,
+    "skip": 8,
+}
 _NAME_W, _ENUM_W, _PARAM_W, _DESC_W, _PARAM_DESC_W = 3.0, 2.5, 1.5, 1.0, 0.5
 _HALF: Final = 2.0  # the raw weight that scores 0.5: one tool-name word alone clears the default threshold
 
@@ -102,11 +366,19 @@ _RELATIVE_RE: Final = re.compile(
     rf"|(?:(?:next|this|on|coming)\s+)?(?P<wd>{_alt(_WEEKDAYS)})s?"
     rf"|in\s+(?P<n>\d+|a|an|{_alt(_UNIT_WORDS)})\s+(?P<unit>day|week)s?)\b"
 )
-_RELATIVE: Final = {"day after tomorrow": 2, "today": 0, "tonight": 0, "tomorrow": 1, "yesterday": -1,
-                    "next week": 7}
+_RELATIVE: Final = {
+    "day after tomorrow": 2,
+    "today": 0,
+    "tonight": 0,
+    "tomorrow": 1,
+    "yesterday": -1,
+    "next week": 7,
+}
 _HOUR, _DIGIT = rf"(?:\d{{1,2}}|{_alt(_UNIT_WORDS[1:13])})", _alt(_UNIT_WORDS[1:10])
-_MINUTE: Final = rf"(?:oh\s+(?:{_DIGIT})|(?:twenty|thirty|forty|fifty)(?:\s+(?:{_DIGIT}))?" \
-                 rf"|{_alt(_UNIT_WORDS[10:])})"
+_MINUTE: Final = (
+    rf"(?:oh\s+(?:{_DIGIT})|(?:twenty|thirty|forty|fifty)(?:\s+(?:{_DIGIT}))?"
+    rf"|{_alt(_UNIT_WORDS[10:])})"
+)
 _CLOCK_RE: Final = re.compile(
     rf"\b(?P<cue>(?:at|by|around|until|till)\s+)?(?P<h>{_HOUR})(?::(?P<m>\d{{2}})|\s+(?P<mw>{_MINUTE}))?"
     r"(?:\s*(?P<ap>am|pm|o'?clock))?\b"
@@ -139,8 +411,9 @@ def _stem(word: str, *, synonyms: bool = True) -> str:
     return _SYNONYMS.get(w, w) if synonyms else w
 
 
-_SYNONYMS: Final = {_stem(v, synonyms=False): _stem(k, synonyms=False) for k, vs in _GROUPS.items()
-                    for v in vs}
+_SYNONYMS: Final = {
+    _stem(v, synonyms=False): _stem(k, synonyms=False) for k, vs in _GROUPS.items() for v in vs
+}
 _STOP_STEMS: Final = frozenset(_stem(w, synonyms=False) for w in _STOP)
 
 
@@ -151,8 +424,11 @@ def _split_name(name: str) -> list[str]:
 
 def _content_stems(text: str, *, synonyms: bool = True) -> set[str]:
     words = _WORD_RE.findall(text.lower())
-    return {_stem(w, synonyms=synonyms) for w in words
-            if w not in _STOP and _stem(w, synonyms=False) not in _STOP_STEMS}
+    return {
+        _stem(w, synonyms=synonyms)
+        for w in words
+        if w not in _STOP and _stem(w, synonyms=False) not in _STOP_STEMS
+    }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,8 +449,20 @@ class ToolCall:
 class _Heard:
     """One utterance, prepared once: tokens and their places, dates, clock times, and the words spoken for."""
 
-    __slots__ = ("dates", "guesses", "low", "now", "raw", "reserved", "said", "stems", "text", "times",
-                 "tokens", "used")
+    __slots__ = (
+        "dates",
+        "guesses",
+        "low",
+        "now",
+        "raw",
+        "reserved",
+        "said",
+        "stems",
+        "text",
+        "times",
+        "tokens",
+        "used",
+    )
 
     def __init__(self, said: str, now: datetime) -> None:
         self.said, self.now = said, now
@@ -202,7 +490,7 @@ class _Heard:
         """Marks tokens ``first..end-1`` used and returns their original text."""
         span = (self.tokens[first][0], self.tokens[end - 1][1])
         self.used.append(span)
-        return self.text[span[0]:span[1]].strip(".,;:!?")
+        return self.text[span[0] : span[1]].strip(".,;:!?")
 
     def numbers(self) -> Iterator[tuple[float, int, int]]:
         """Numbers not yet spoken for, digits or spelled out: (value, first token, end token)."""
@@ -266,8 +554,11 @@ def _find_dates(low: str, today: date) -> list[tuple[_Span, date]]:
     found: list[tuple[_Span, date]] = []
     for m in (m for pattern in _DATE_RES for m in pattern.finditer(low)):
         day = _ORDINALS.get(m["day"]) or int(re.sub(r"\D", "", m["day"]))
-        mon = int(m["mon"]) if m["mon"].isdigit() else next(i for i, n in enumerate(_MONTHS, 1)
-                                                              if n.startswith(m["mon"]))
+        mon = (
+            int(m["mon"])
+            if m["mon"].isdigit()
+            else next(i for i, n in enumerate(_MONTHS, 1) if n.startswith(m["mon"]))
+        )
         if mon > 12:  # "14/3" can only be day first
             mon, day = day, mon
         year = int(m["year"] or today.year)
@@ -352,7 +643,9 @@ def _parameters(parameters: Mapping[str, object]) -> list[_Param]:
     return found
 
 
-def _flatten(schema: Mapping[str, object], root: Mapping[str, object], depth: int) -> tuple[dict[str, object], bool]:
+def _flatten(
+    schema: Mapping[str, object], root: Mapping[str, object], depth: int
+) -> tuple[dict[str, object], bool]:
     """``schema`` with its combinators folded in (its own keywords win) and whether it admits null."""
     out = dict(schema)
     nullable = out.pop("nullable", None) is True  # OpenAPI's spelling
@@ -424,8 +717,11 @@ def _kind(name: str, prop: Mapping[str, object]) -> str:
     # The name is trusted for dates first; a description ("the city to get the time in") only after places.
     described = set(_WORD_RE.findall(str(prop.get("description", "")).lower()))
     for words, dates_first in ((set(_split_name(name)), True), (described, False)):
-        when = "datetime" if "datetime" in words or words >= {"date", "time"} else (
-            "date" if words & {"date", "day"} else "time" if words & {"time", "hour"} else "")
+        when = (
+            "datetime"
+            if "datetime" in words or words >= {"date", "time"}
+            else ("date" if words & {"date", "day"} else "time" if words & {"time", "hour"} else "")
+        )
         if when and dates_first:
             return when
         kinds = (("place", _PLACE), ("person", _PERSON), ("text", _TEXT))
@@ -437,17 +733,22 @@ def _kind(name: str, prop: Mapping[str, object]) -> str:
 
 def _find_enum(heard: _Heard, values: list[object]) -> tuple[object, int, int] | None:
     """The enum value heard first (as words, any case; numbers by value): (value, first token, end token)."""
+
     def said(k: int, w: str) -> bool:
         # A clipped word counts ("tech support" for "technical support"), a short one must be whole.
-        return heard.free(k, reserved=False) and (heard.raw[k] == w or len(
-            heard.raw[k]) >= 4 and w.startswith(heard.raw[k]))
+        return heard.free(k, reserved=False) and (
+            heard.raw[k] == w or len(heard.raw[k]) >= 4 and w.startswith(heard.raw[k])
+        )
 
     best: tuple[object, int, int] | None = None
     for value in values:
         if isinstance(value, str):
             words = [_stem(w, synonyms=False) for w in _split_name(value)]
-            hits = [(k, k + len(words)) for k in range(len(heard.raw) - len(words) + 1)
-                    if words and all(said(k + j, w) for j, w in enumerate(words))]
+            hits = [
+                (k, k + len(words))
+                for k in range(len(heard.raw) - len(words) + 1)
+                if words and all(said(k + j, w) for j, w in enumerate(words))
+            ]
         elif isinstance(value, int | float) and not isinstance(value, bool):
             hits = [(a, b) for number, a, b in heard.numbers() if number == value]
         else:
@@ -464,10 +765,16 @@ def _fill_number(heard: _Heard, name: str, prop: Mapping[str, object]) -> int | 
     low, high = prop.get("minimum"), prop.get("maximum")
     best: tuple[int, float, int, int] | None = None
     for value, first, end in heard.numbers():
-        if "integer" in str(prop.get("type")) and not value.is_integer() or isinstance(
-                low, int | float) and value < low or isinstance(high, int | float) and value > high:
+        if (
+            "integer" in str(prop.get("type"))
+            and not value.is_integer()
+            or isinstance(low, int | float)
+            and value < low
+            or isinstance(high, int | float)
+            and value > high
+        ):
             continue
-        near = set(heard.raw[max(0, first - 3):first] + heard.raw[end:end + 3])
+        near = set(heard.raw[max(0, first - 3) : first] + heard.raw[end : end + 3])
         cue = 2 * len(near & named) + len(near & described)
         if best is None or cue > best[0]:
             best = (cue, value, first, end)
@@ -482,7 +789,7 @@ def _fill_bool(heard: _Heard, name: str, tool_words: set[str], single: bool) -> 
     words = _content_stems(" ".join(_split_name(name)), synonyms=False) - tool_words
     for k, stem in enumerate(heard.raw):
         if stem in words:
-            return not {w for _, _, w in heard.tokens[max(0, k - 3):k + 3]} & _NEGATIONS
+            return not {w for _, _, w in heard.tokens[max(0, k - 3) : k + 3]} & _NEGATIONS
     m = _SWITCH_RE.search(heard.low) if single else None
     return None if m is None else (m["a"] or m["b"] or m["c"]) in ("on", "enable", "activate", "true")
 
@@ -503,27 +810,42 @@ def _after_cue(
                 yield range(first, end)
 
 
-def _fill_string(heard: _Heard, name: str, kind: str, required: bool, name_stems: set[str],
-                 exclude: set[str]) -> str | None:
+def _fill_string(
+    heard: _Heard, name: str, kind: str, required: bool, name_stems: set[str], exclude: set[str]
+) -> str | None:
     """The words after a cue for the parameter, else (when required, or free text) the leftover words."""
     named, tokens = set(_split_name(name)), heard.tokens
 
     def wordy(k: int) -> bool:
         word = tokens[k][2]
-        return heard.free(k) and word.replace("'", "").isalpha() and word not in _STOP \
-            and word not in _NUMBER_WORDS and heard.raw[k] not in _STOP_STEMS
+        return (
+            heard.free(k)
+            and word.replace("'", "").isalpha()
+            and word not in _STOP
+            and word not in _NUMBER_WORDS
+            and heard.raw[k] not in _STOP_STEMS
+        )
 
     if kind == "place":
-        cues = ["from"] if named & {"from", "origin", "source", "departure"} else ["to"] if named & {
-            "to", "destination", "arrival"} else ["in", "at", "near", "for", "from", "to"]
+        cues = (
+            ["from"]
+            if named & {"from", "origin", "source", "departure"}
+            else ["to"]
+            if named & {"to", "destination", "arrival"}
+            else ["in", "at", "near", "for", "from", "to"]
+        )
         runs = _after_cue(heard, cues, wordy, 4)
     elif kind == "person":
         runs = _after_cue(heard, ["for", "named", "called", "under", "to", "with"], wordy, 3)
     elif kind == "text":
         runs = _after_cue(heard, ["about", "for", "regarding", "on", "saying"], heard.free, 40)
     else:
-        runs = _after_cue(heard, [*named, "about", "called", "named", "because"],
-                          lambda k: heard.free(k) and tokens[k][2] not in _STOP, 4)
+        runs = _after_cue(
+            heard,
+            [*named, "about", "called", "named", "because"],
+            lambda k: heard.free(k) and tokens[k][2] not in _STOP,
+            4,
+        )
     for run in runs:
         first, end = run.start, run.stop
         # A query ends where the words about the tool begin: "for refund policy in the docs".
@@ -533,9 +855,15 @@ def _fill_string(heard: _Heard, name: str, kind: str, required: bool, name_stems
             return _proper(heard.take(first, end), kind)
     if not (required or kind == "text"):
         return None  # an optional field gets no guess
-    rest = [k for k in range(len(tokens)) if heard.free(k) and tokens[k][2] not in _STOP
-            and heard.raw[k] not in _STOP_STEMS and _stem(tokens[k][2]) not in exclude
-            and (kind == "text" or wordy(k))]
+    rest = [
+        k
+        for k in range(len(tokens))
+        if heard.free(k)
+        and tokens[k][2] not in _STOP
+        and heard.raw[k] not in _STOP_STEMS
+        and _stem(tokens[k][2]) not in exclude
+        and (kind == "text" or wordy(k))
+    ]
     if rest:
         heard.guesses += kind != "text"  # leftover words as a city or a name are a guess: weaker evidence
         return _proper(" ".join(heard.take(k, k + 1) for k in rest), kind)
@@ -562,8 +890,10 @@ def _consider(tool: FunctionTool, heard: _Heard) -> tuple[ToolCall, bool, int]:
     for text, weight in sources:
         for stem in _content_stems(text):
             weights[stem] = max(weights.get(stem, 0.0), weight)
-    enums = sum(isinstance(opts := prop.get("enum"), list) and _find_enum(heard, opts) is not None
-                for _, prop in props)
+    enums = sum(
+        isinstance(opts := prop.get("enum"), list) and _find_enum(heard, opts) is not None
+        for _, prop in props
+    )
     raw = sum(weights.get(stem, 0.0) for stem in heard.stems) + _ENUM_W * enums
     name_stems = _content_stems(" ".join(_split_name(tool.name)))
     # What a leftover-word fallback must not hand back as a value; parameter descriptions are left out
@@ -574,14 +904,20 @@ def _consider(tool: FunctionTool, heard: _Heard) -> tuple[ToolCall, bool, int]:
     required = {str(r) for r in req} if isinstance(req, list | tuple) else set()
     # A required parameter with a default, or one that may be null, has an answer when nothing was
     # heard for it: that answer beats guessing it from leftover words.
-    fallback = {p.name: copy.deepcopy(p.default) if p.default is not _NO_DEFAULT else None
-                for p in params if p.name in required and (p.default is not _NO_DEFAULT or p.nullable)}
+    fallback = {
+        p.name: copy.deepcopy(p.default) if p.default is not _NO_DEFAULT else None
+        for p in params
+        if p.name in required and (p.default is not _NO_DEFAULT or p.nullable)
+    }
     values: dict[str, object] = {}
     dates, times = [value for _, value in heard.dates], [value for _, value in heard.times]
     for name, prop in sorted(props, key=lambda item: _PRIORITY[_kind(*item)]):
         kind, value = _kind(name, prop), None
-        if kind == "enum" and isinstance(options := prop["enum"], list) and (
-                found := _find_enum(heard, options)) is not None:
+        if (
+            kind == "enum"
+            and isinstance(options := prop["enum"], list)
+            and (found := _find_enum(heard, options)) is not None
+        ):
             value = found[0]
             heard.take(found[1], found[2])
         elif kind in ("date", "time", "datetime"):
@@ -596,12 +932,14 @@ def _consider(tool: FunctionTool, heard: _Heard) -> tuple[ToolCall, bool, int]:
         elif kind == "number":
             value = _fill_number(heard, name, prop)
         elif kind == "bool":
-            value = _fill_bool(heard, name, _content_stems(" ".join(_split_name(tool.name)), synonyms=False),
-                               single_bool)
+            value = _fill_bool(
+                heard, name, _content_stems(" ".join(_split_name(tool.name)), synonyms=False), single_bool
+            )
         elif kind != "skip":
             exclude = name_stems if kind == "text" else tool_words
-            value = _fill_string(heard, name, kind, name in required and name not in fallback, name_stems,
-                                 exclude)
+            value = _fill_string(
+                heard, name, kind, name in required and name not in fallback, name_stems, exclude
+            )
         if value is not None:
             values[name] = value
         elif name in fallback:
@@ -664,8 +1002,9 @@ class ToolRouter:
         return None if best is None else best[1]
 
 
-_MARKUP: Final = re.compile(r"<[^>]*>|!?\[([^\]]*)\]\([^)]*\)|(https?://\S+)|[*_`#>|~]+|^\s*[-+]\s+",
-                            re.MULTILINE)
+_MARKUP: Final = re.compile(
+    r"<[^>]*>|!?\[([^\]]*)\]\([^)]*\)|(https?://\S+)|[*_`#>|~]+|^\s*[-+]\s+", re.MULTILINE
+)
 _TEXT_KEYS: Final = ("message", "text", "answer", "result", "summary", "output", "content")
 
 
@@ -682,8 +1021,10 @@ def _speak(value: object, depth: int = 0) -> str:
         return "minus " + text[1:] if text.startswith("-") else text
     if isinstance(value, list):
         # An item that is a record is said by its first text ("title": "Refunds" -> Refunds).
-        heads = [next((v for v in x.values() if isinstance(v, str)), x) if isinstance(x, dict) else x
-                 for x in value]
+        heads = [
+            next((v for v in x.values() if isinstance(v, str)), x) if isinstance(x, dict) else x
+            for x in value
+        ]
         more = f", and {len(value) - 3} more" if len(value) > 3 else ""
         return ", ".join(s for s in (_speak(item, depth + 1) for item in heads[:3]) if s) + more
     if isinstance(value, dict) and depth < 2:
@@ -708,19 +1049,22 @@ def reply_from_output(call: ToolCall, output: str) -> str:
     if isinstance(data, dict):
         error = next((v for k, v in data.items() if str(k).lower() == "error"), None)
         if isinstance(error, dict):
-            error = next((error[k] for k in ("message", "detail", "reason") if isinstance(error.get(k), str)),
-                         error)
+            error = next(
+                (error[k] for k in ("message", "detail", "reason") if isinstance(error.get(k), str)), error
+            )
         if error not in (None, False, "", {}, []):
             reason = "" if error is True else _speak(error)
             said = f"{who} failed: {reason}" if reason else f"{who} failed"
         else:
-            text = next((data[k] for k in _TEXT_KEYS if isinstance(data.get(k), str) and _speak(data[k])),
-                        data)
+            text = next(
+                (data[k] for k in _TEXT_KEYS if isinstance(data.get(k), str) and _speak(data[k])), data
+            )
             said = f"{who} says: {_speak(text)}" if _speak(text) else ""
     elif isinstance(data, list):
         plural = "s" if len(data) != 1 else ""
-        said = f"{who} returned {len(data)} result{plural}: {_speak(data)}" if data else (
-            f"{who} found nothing")
+        said = (
+            f"{who} returned {len(data)} result{plural}: {_speak(data)}" if data else (f"{who} found nothing")
+        )
     elif _speak(data):
         said = f"{who} says " if isinstance(data, bool | int | float) else f"{who} says: "
         said += _speak(data)

@@ -47,7 +47,9 @@ def is_pcm16(fmt: str | None) -> bool:
     return FORMATS.get((fmt or "pcm16").lower(), (None, None))[0] is Encoding.PCM16
 
 
-def decode_audio(data: bytes, fmt: str | None, rate: int | None) -> tuple[npt.NDArray[np.float32], int | None]:
+def decode_audio(
+    data: bytes, fmt: str | None, rate: int | None
+) -> tuple[npt.NDArray[np.float32], int | None]:
     """Engine audio bytes in ``fmt`` as mono float32, with the rate they are at.
 
     ``wav`` carries its own rate; raw formats are at ``rate``, or the rate their

@@ -92,7 +92,9 @@ def item_of(event: Mapping[str, Any]) -> str:
     return value if isinstance(value, str) else ""
 
 
-def error_fields(event: Mapping[str, Any], default_code: str = "backend_error") -> tuple[str, str, str | None]:
+def error_fields(
+    event: Mapping[str, Any], default_code: str = "backend_error"
+) -> tuple[str, str, str | None]:
     """``(code, message, related event_id)`` of an ``error`` event, whatever its nesting."""
     error = event.get("error")
     source: Mapping[str, Any] = error if isinstance(error, Mapping) else event
@@ -183,14 +185,18 @@ def _speak(ctx: _Context, event: Mapping[str, Any]) -> list[port.EngineEvent]:
 def _overlap(ctx: _Context, event: Mapping[str, Any]) -> list[port.EngineEvent]:
     return [
         port.EngineOverlapDecision(
-            policy=text_of(event.get("policy")), action=text_of(event.get("action")), reason=text_of(event.get("reason"))
+            policy=text_of(event.get("policy")),
+            action=text_of(event.get("action")),
+            reason=text_of(event.get("reason")),
         )
     ]
 
 
 def _heard(ctx: _Context, event: Mapping[str, Any]) -> list[port.EngineEvent]:
     text = text_of(event.get("delta"))
-    return [port.EngineInputTranscript(item_id=ctx.caller_item(event.get("item_id")), text=text)] if text else []
+    return (
+        [port.EngineInputTranscript(item_id=ctx.caller_item(event.get("item_id")), text=text)] if text else []
+    )
 
 
 def _heard_all(ctx: _Context, event: Mapping[str, Any]) -> list[port.EngineEvent]:
@@ -224,7 +230,8 @@ AUDIO_EVENTS = frozenset({"response.output_audio.delta", "response.audio.delta"}
 _HANDLERS: Mapping[str, _Handler] = {
     **dict.fromkeys(AUDIO_EVENTS, _audio),
     **dict.fromkeys(
-        ("response.output_audio_transcript.delta", "response.audio_transcript.delta"), _delta(port.EngineTranscript)
+        ("response.output_audio_transcript.delta", "response.audio_transcript.delta"),
+        _delta(port.EngineTranscript),
     ),
     **dict.fromkeys(("response.output_text.delta", "response.text.delta"), _delta(port.EngineText)),
     "response.listen": _listen,

@@ -52,7 +52,9 @@ def _common(config: SessionConfig) -> dict[str, Any]:
     return session
 
 
-def session_object(config: SessionConfig, *, input_rate: int, output_rate: int, initial: bool) -> dict[str, Any]:
+def session_object(
+    config: SessionConfig, *, input_rate: int, output_rate: int, initial: bool
+) -> dict[str, Any]:
     """The ``session`` of a ``session.update`` to a vLLM-Omni (or duplex-gateway) server.
 
     PCM16 both ways at the engine's rates; ``turn_detection: null`` because the

@@ -91,7 +91,9 @@ def own_tools(options: port.ResponseOptions | None, config: SessionConfig) -> bo
     """The reply asks for tools (or a tool choice) other than the session's."""
     if options is None:
         return False
-    return session_tools(options.tools, options.tool_choice) != session_tools(config.tools, config.tool_choice)
+    return session_tools(options.tools, options.tool_choice) != session_tools(
+        config.tools, config.tool_choice
+    )
 
 
 def reply_tools_refusal(options: port.ResponseOptions | None, config: SessionConfig) -> str | None:
@@ -102,10 +104,7 @@ def reply_tools_refusal(options: port.ResponseOptions | None, config: SessionCon
     """
     if not own_tools(options, config):
         return None
-    return (
-        "vLLM-Omni takes tools and tool_choice only with the session (session.update), "
-        "not for one reply"
-    )
+    return "vLLM-Omni takes tools and tool_choice only with the session (session.update), not for one reply"
 
 
 def function_call_item(*, item_id: str, call_id: str, name: str, arguments: str) -> dict[str, object]:
@@ -214,9 +213,14 @@ class FunctionCalls:
             owner, call_id, name = call
             arguments = event.get("arguments")
             self._names.pop(call_id, None)
-            return [port.EngineFunctionCall(
-                response_id=owner, call_id=call_id, name=name, arguments=arguments if isinstance(arguments, str) else ""
-            )]
+            return [
+                port.EngineFunctionCall(
+                    response_id=owner,
+                    call_id=call_id,
+                    name=name,
+                    arguments=arguments if isinstance(arguments, str) else "",
+                )
+            ]
         if kind == "response.done" and response_id is not None and response_id in self._held:
             # The wrapper of a call ends; the reply the call belongs to goes on.
             del self._held[response_id]

@@ -46,9 +46,9 @@ class InputGate(Generic[R]):
     def hold(self, event: dict[str, Any], request: R | None = None) -> None:
         self._held.append(_Held(event, request))
 
-    def release(self, busy: Callable[[], bool], started: Callable[[R], None], *, force: bool = False) -> list[
-        dict[str, Any]
-    ]:
+    def release(
+        self, busy: Callable[[], bool], started: Callable[[R], None], *, force: bool = False
+    ) -> list[dict[str, Any]]:
         """The events that may go now, in order: all of them up to one that asks for a reply.
 
         ``busy``: whether the backend still holds the turn; ``started``: told of each

@@ -199,7 +199,9 @@ class BackendWire:
         A finished reply nobody reported on is acknowledged first, so that its ledger
         at least takes the input as a turn.
         """
-        return self._ack_unreported() + self._gate.release(self._backend_busy, self._requested.append, force=True)
+        return self._ack_unreported() + self._gate.release(
+            self._backend_busy, self._requested.append, force=True
+        )
 
     # -- port calls -> client events ----------------------------------------------------------
 
@@ -247,7 +249,9 @@ class BackendWire:
     def session_update(self, config: SessionConfig, *, initial: bool) -> JsonObject | None:
         """The ``session.update`` for ``config``: whole when opening, else only what changed
         (None: nothing did). An update's answer is taken by :meth:`take_update_answers`."""
-        session = session_object(config, input_rate=self.input_rate, output_rate=self.output_rate, initial=False)
+        session = session_object(
+            config, input_rate=self.input_rate, output_rate=self.output_rate, initial=False
+        )
         self._config = config
         self._backend_turns = bool(session["extra_body"]["auto_response"])
         if initial:
@@ -293,15 +297,17 @@ class BackendWire:
         if video_frames:
             # Camera frames ride the audio they were taken with, as vLLM-Omni's clients send them.
             extra["video_frames"] = list(video_frames)
-        return self._input([
-            self._event(
-                "input_audio_buffer.append",
-                audio=base64.b64encode(pcm).decode("ascii"),
-                format="pcm16",
-                sample_rate_hz=self.input_rate,
-                **extra,
-            )
-        ])
+        return self._input(
+            [
+                self._event(
+                    "input_audio_buffer.append",
+                    audio=base64.b64encode(pcm).decode("ascii"),
+                    format="pcm16",
+                    sample_rate_hz=self.input_rate,
+                    **extra,
+                )
+            ]
+        )
 
     def commit(
         self,
@@ -351,7 +357,13 @@ class BackendWire:
         return self._in_order([self._event("turn.signal", event=event, payload=dict(payload))])
 
     def add_item(
-        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None, images: Sequence[str] = ()
+        self,
+        *,
+        item_id: str,
+        role: str,
+        text: str,
+        previous_item_id: str | None = None,
+        images: Sequence[str] = (),
     ) -> list[JsonObject]:
         item = message_item(item_id=item_id, role=role, text=text, images=images)
         self._added_items.add(item_id)
@@ -424,7 +436,9 @@ class BackendWire:
             request["tools"] = [tool_object(tool) for tool in options.tools]
             request["tool_choice"] = tool_choice_object(options.tool_choice)
         create = self._event("response.create", remember=True, **({"response": request} if request else {}))
-        return out + self._input([create], _Requested(gateway_id=response_id, event_id=str(create["event_id"])))
+        return out + self._input(
+            [create], _Requested(gateway_id=response_id, event_id=str(create["event_id"]))
+        )
 
     def cancel_response(self, response_id: str) -> list[JsonObject]:
         backend_id = self._backend_id(response_id)
@@ -509,7 +523,12 @@ class BackendWire:
             if reply is not None and not reply.acked:
                 reply.acked = True
                 out.append(
-                    self._event("playback.ack", remember=True, response_id=backend_id, played_ms=reply.audio.ledger_total())
+                    self._event(
+                        "playback.ack",
+                        remember=True,
+                        response_id=backend_id,
+                        played_ms=reply.audio.ledger_total(),
+                    )
                 )
         self._unreported.clear()
         return out
@@ -639,7 +658,9 @@ class BackendWire:
                     self._requested.remove(requested)
                     if requested.gateway_id is not None and not requested.cancelled:
                         refused.append(
-                            port.EngineResponseDone(response_id=requested.gateway_id, status="failed", reason=code)
+                            port.EngineResponseDone(
+                                response_id=requested.gateway_id, status="failed", reason=code
+                            )
                         )
             for commit in list(self._commits):
                 if commit[0] == related:

@@ -245,7 +245,9 @@ class RemoteSession(port.EngineSession):
         video_frames: Sequence[str] = (),
     ) -> None:
         if pcm:
-            await self._send(self._wire.append_audio(pcm, is_speech=is_speech, hints=hints, video_frames=video_frames))
+            await self._send(
+                self._wire.append_audio(pcm, is_speech=is_speech, hints=hints, video_frames=video_frames)
+            )
 
     async def commit(
         self,
@@ -259,7 +261,10 @@ class RemoteSession(port.EngineSession):
         await self._outputs_taken()
         await self._send(
             self._wire.commit(
-                item_id=item_id, response_id=response_id, final=final, engine_decides=engine_decides,
+                item_id=item_id,
+                response_id=response_id,
+                final=final,
+                engine_decides=engine_decides,
                 is_speech=is_speech,
             )
         )
@@ -274,27 +279,45 @@ class RemoteSession(port.EngineSession):
         await self._send(self._wire.signal_turn(event, payload))
 
     async def add_item(
-        self, *, item_id: str, role: str, text: str, previous_item_id: str | None = None, images: Sequence[str] = ()
+        self,
+        *,
+        item_id: str,
+        role: str,
+        text: str,
+        previous_item_id: str | None = None,
+        images: Sequence[str] = (),
     ) -> None:
-        await self._send(self._wire.add_item(
-            item_id=item_id, role=role, text=text, previous_item_id=previous_item_id, images=images
-        ))
+        await self._send(
+            self._wire.add_item(
+                item_id=item_id, role=role, text=text, previous_item_id=previous_item_id, images=images
+            )
+        )
 
     async def add_function_call(
         self, *, item_id: str, call_id: str, name: str, arguments: str, previous_item_id: str | None = None
     ) -> None:
-        await self._send(self._wire.add_function_call(
-            item_id=item_id, call_id=call_id, name=name, arguments=arguments, previous_item_id=previous_item_id
-        ))
+        await self._send(
+            self._wire.add_function_call(
+                item_id=item_id,
+                call_id=call_id,
+                name=name,
+                arguments=arguments,
+                previous_item_id=previous_item_id,
+            )
+        )
 
     async def add_function_output(
         self, *, item_id: str, call_id: str, output: str, previous_item_id: str | None = None
     ) -> None:
-        await self._send(self._wire.add_function_output(
-            item_id=item_id, call_id=call_id, output=output, previous_item_id=previous_item_id
-        ))
+        await self._send(
+            self._wire.add_function_output(
+                item_id=item_id, call_id=call_id, output=output, previous_item_id=previous_item_id
+            )
+        )
 
-    async def delete_item(self, item_id: str, *, response_id: str | None = None, call_id: str | None = None) -> None:
+    async def delete_item(
+        self, item_id: str, *, response_id: str | None = None, call_id: str | None = None
+    ) -> None:
         await self._send(self._wire.delete_item(item_id))
 
     async def clear_input(self) -> None:
@@ -310,11 +333,15 @@ class RemoteSession(port.EngineSession):
             # Nothing goes to the backend: the reply ends here, failed, and the client is told why.
             await self._events.put(port.EngineError(code="unsupported_by_engine", message=refusal))
             await self._events.put(
-                port.EngineResponseDone(response_id=response_id, status="failed", reason="unsupported_by_engine")
+                port.EngineResponseDone(
+                    response_id=response_id, status="failed", reason="unsupported_by_engine"
+                )
             )
             return
         await self._outputs_taken()
-        await self._send(self._wire.create_response(response_id=response_id, instructions=instructions, options=options))
+        await self._send(
+            self._wire.create_response(response_id=response_id, instructions=instructions, options=options)
+        )
 
     async def cancel_response(self, response_id: str) -> None:
         wire = self._wire.cancel_response(response_id)
@@ -488,7 +515,9 @@ class RemoteSession(port.EngineSession):
             logger.warning(
                 "remote session %s: %s said nothing for %g s while caller input waited for its reply;"
                 " sending the input",
-                self.session_id, self.backend.url, _INPUT_HOLD_QUIET_S,
+                self.session_id,
+                self.backend.url,
+                _INPUT_HOLD_QUIET_S,
             )
             async with self._send_lock:
                 await self._send_now(self._wire.release_input())

@@ -276,9 +276,7 @@ def _signed_url(url: str, params: Params | None, method: str) -> str:
         for name, values in posted.items():  # a GET's parameters are its query
             query.setdefault(name, []).extend(values)
         posted = {}
-    sorted_query = "&".join(
-        f"{name}={value}" for name in sorted(query) for value in sorted(query[name])
-    )
+    sorted_query = "&".join(f"{name}={value}" for name in sorted(query) for value in sorted(query[name]))
     if sorted_query or posted:
         base += "?" + sorted_query
     if sorted_query and posted:
@@ -352,7 +350,6 @@ class PlivoSpec(call.CarrierSpec[PlivoSettings]):
     settings_model = PlivoSettings
     answer_hook = AnswerHook("answer", ("GET", "POST"))
 
-
     def answer(self, request: WebhookRequest, stream_url: str) -> Answer:
         headers = {**request.who(("From", "from"), ("To", "to")), **request.passed()}
         return Answer(plivo_xml(stream_url, headers), "text/xml")
@@ -367,7 +364,8 @@ class PlivoSpec(call.CarrierSpec[PlivoSettings]):
             signatures = request.header("x-plivo-signature-v3")
             params = request.fields if request.method == "POST" else None
             return any(
-                validate_plivo_v3(token, url, nonce, signatures, params, request.method) for url in request.urls
+                validate_plivo_v3(token, url, nonce, signatures, params, request.method)
+                for url in request.urls
             )
 
         return (SignatureRule("answer", webhook, "X-Plivo-Signature-V3 does not match"),)

@@ -118,7 +118,8 @@ class TwilioCarrier:
         fmt = start.get("mediaFormat")
         if isinstance(fmt, dict) and fmt.get("encoding") not in (None, "audio/x-mulaw"):
             raise ProtocolError(
-                ErrorCode.UNSUPPORTED_AUDIO_FORMAT, f"Twilio media format {fmt.get('encoding')!r} is not audio/x-mulaw"
+                ErrorCode.UNSUPPORTED_AUDIO_FORMAT,
+                f"Twilio media format {fmt.get('encoding')!r} is not audio/x-mulaw",
             )
         params = start.get("customParameters")
         parameters = {str(k): str(v) for k, v in params.items()} if isinstance(params, dict) else {}
@@ -146,7 +147,6 @@ class TwilioCarrier:
 
     def hangup(self) -> Frame | None:
         return None  # closing the stream ends a <Connect><Stream> call
-
 
 
 # -- the control plane ----------------------------------------------------------------------
@@ -196,8 +196,10 @@ def validate_twilio(
     if "bodySHA256" in query:
         body_ok = body is not None and equal(twilio_body_hash(body), query["bodySHA256"][0])
         params = None
-    matches = [equal(twilio_signature(auth_token, candidate, params), signature.strip())
-               for candidate in url_port_variants(url)]
+    matches = [
+        equal(twilio_signature(auth_token, candidate, params), signature.strip())
+        for candidate in url_port_variants(url)
+    ]
     return body_ok and any(matches)
 
 
@@ -219,7 +221,6 @@ class TwilioSpec(call.CarrierSpec[TwilioSettings]):
     settings_model = TwilioSettings
     answer_hook = AnswerHook("voice", ("POST",))
 
-
     def answer(self, request: WebhookRequest, stream_url: str) -> Answer:
         parameters = {**request.who(("From", "from"), ("To", "to")), **request.passed()}
         return Answer(twiml(stream_url, parameters), "text/xml")
@@ -232,7 +233,9 @@ class TwilioSpec(call.CarrierSpec[TwilioSettings]):
         def webhook(request: SignedRequest) -> bool:
             signature = request.header("x-twilio-signature")
             params = None if request.json_body else request.fields
-            return any(validate_twilio(token, url, params, signature, body=request.body) for url in request.urls)
+            return any(
+                validate_twilio(token, url, params, signature, body=request.body) for url in request.urls
+            )
 
         def stream(request: SignedRequest) -> bool:
             # The upgrade is signed over the wss:// URL written into the TwiML (no parameters).

@@ -250,14 +250,15 @@ class VonageSpec(call.CarrierSpec[VonageSettings]):
     settings_model = VonageSettings
     answer_hook = AnswerHook("answer", ("GET", "POST"))
 
-
     def answer(self, request: WebhookRequest, stream_url: str) -> Answer:
         headers = request.who(("from", "From"), ("to", "To"))
         if (call_uuid := request.get("uuid")) is not None:
             headers["uuid"] = call_uuid  # the call's id, for the REST hang-up
         headers.update(request.passed())
         # Compact JSON, as Starlette's JSONResponse writes it.
-        body = json.dumps(ncco(stream_url, headers), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        body = json.dumps(
+            ncco(stream_url, headers), ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        )
         return Answer(body, "application/json")
 
     def needs(self, settings: VonageSettings) -> Sequence[Need]:

@@ -48,7 +48,9 @@ class EngineCase:
 def require(promise: str, capability: str, engine: port.Engine) -> None:
     """Skip ``promise`` where the engine does not declare ``capability`` (in its capabilities, else its spec)."""
     caps = engine.capabilities
-    declared = getattr(caps, capability) if hasattr(caps, capability) else getattr(SPECS[caps.name], capability)
+    declared = (
+        getattr(caps, capability) if hasattr(caps, capability) else getattr(SPECS[caps.name], capability)
+    )
     if not declared:
         pytest.skip(f"{caps.name} does not declare {capability}: the {promise} promise does not apply")
 
@@ -68,7 +70,9 @@ class Events:
     def ended(self) -> bool:
         return self._task.done()
 
-    async def wait(self, match: Callable[[port.EngineEvent], bool], timeout: float = EVENT_TIMEOUT_S) -> port.EngineEvent:
+    async def wait(
+        self, match: Callable[[port.EngineEvent], bool], timeout: float = EVENT_TIMEOUT_S
+    ) -> port.EngineEvent:
         """The first event so far or to come that ``match``\\ es."""
         async with asyncio.timeout(timeout):
             while True:
@@ -81,7 +85,9 @@ class Events:
                 await asyncio.sleep(0.01)
 
     async def done(self, response_id: str) -> port.EngineResponseDone:
-        event = await self.wait(lambda e: isinstance(e, port.EngineResponseDone) and e.response_id == response_id)
+        event = await self.wait(
+            lambda e: isinstance(e, port.EngineResponseDone) and e.response_id == response_id
+        )
         assert isinstance(event, port.EngineResponseDone)
         return event
 

@@ -155,7 +155,9 @@ async def test_cancel_before_the_first_event_leaves_nothing_but_a_cancelled_done
         _nothing_after_but_done(events, "resp_1", mark)
 
 
-async def test_cancel_part_way_stops_the_reply_with_nothing_after_but_a_cancelled_done(case: EngineCase) -> None:
+async def test_cancel_part_way_stops_the_reply_with_nothing_after_but_a_cancelled_done(
+    case: EngineCase,
+) -> None:
     async with started(case) as engine, opened(engine) as (session, events):
         await turn(session, case.long_turn(_rate(engine)), item_id="item_1", response_id="resp_1")
         await events.first(port.EngineAudio, "resp_1")
@@ -206,8 +208,12 @@ async def test_tools_a_forced_call_then_its_output_gets_a_reply(case: EngineCase
             await events.done("resp_1")
             calls = [e for e in events.of("resp_1") if isinstance(e, port.EngineFunctionCall)]
             assert [c.name for c in calls] == [WEATHER.name] and calls[0].call_id
-            await session.add_function_output(item_id="item_out", call_id=calls[0].call_id, output='{"sky": "clear"}')
-            await session.update(SessionConfig(tools=(WEATHER,), tool_choice=ToolChoice(mode=ToolChoiceMode.NONE)))
+            await session.add_function_output(
+                item_id="item_out", call_id=calls[0].call_id, output='{"sky": "clear"}'
+            )
+            await session.update(
+                SessionConfig(tools=(WEATHER,), tool_choice=ToolChoice(mode=ToolChoiceMode.NONE))
+            )
             await session.create_response(response_id="resp_2", instructions=None)
             await events.done("resp_2")
             _assert_reply(events, "resp_2")

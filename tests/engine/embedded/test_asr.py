@@ -199,9 +199,13 @@ def test_the_short_window_under_load_stays_accurate(final_recognizer: FinalRecog
     # Measured 2.8 % at 16 kHz and 7.2 % at 8 kHz mu-law (the full window: 1.1 % and 7.2 %).
     references = [phrase.text for phrase in PHRASES] + [SPEECH_TEXT]
     clips = [phrase.load() for phrase in PHRASES] + [load_speech()]
-    for wire, bound in ((AudioFormat(encoding=Encoding.PCM16, rate=16_000), 0.06),
-                        (AudioFormat(encoding=Encoding.G711_ULAW, rate=8_000), 0.12)):
-        heard = [final_recognizer.transcribe(_as_caller_sends(clip, wire), short_window=True) for clip in clips]
+    for wire, bound in (
+        (AudioFormat(encoding=Encoding.PCM16, rate=16_000), 0.06),
+        (AudioFormat(encoding=Encoding.G711_ULAW, rate=8_000), 0.12),
+    ):
+        heard = [
+            final_recognizer.transcribe(_as_caller_sends(clip, wire), short_window=True) for clip in clips
+        ]
         pairs = list(zip(references, heard, strict=True))
         score = corpus_wer(pairs)
         print(f"\nshort window, {wire.rate} Hz {wire.encoding}: WER {score:.1%}")

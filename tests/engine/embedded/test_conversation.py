@@ -47,7 +47,10 @@ def test_a_replys_items_are_deleted_by_their_reply_and_call_ids() -> None:
     assert history.delete("item_gateway_named_call", response_id="resp_1", call_id="c1")
     # The reply's own call went, not the client's call of the same id.
     assert [(type(e).__name__, e.item_id) for e in history.snapshot()] == [
-        ("Message", "turn"), ("Spoken", None), ("FunctionCall", "client_call")]
+        ("Message", "turn"),
+        ("Spoken", None),
+        ("FunctionCall", "client_call"),
+    ]
     assert history.delete("item_gateway_named_message", response_id="resp_1")
     assert history.reply("resp_1") is None
     assert not history.delete("item_unknown", response_id="resp_2")
@@ -95,7 +98,9 @@ def test_chat_messages_pair_every_call_with_its_output_and_mark_a_cut_reply() ->
         Message(item_id="u1", text="Weather in Paris and Oslo?"),
         FunctionCall(item_id=None, call_id="c1", name="get_weather", arguments='{"city":"Paris"}'),
         FunctionCall(item_id=None, call_id="c2", name="get_weather", arguments='{"city":"Oslo"}'),
-        FunctionCall(item_id=None, call_id="c3", name="get_weather", arguments='{"city":"Rome"}'),  # never answered
+        FunctionCall(
+            item_id=None, call_id="c3", name="get_weather", arguments='{"city":"Rome"}'
+        ),  # never answered
         Message(item_id="s1", role="system", text="Answer in one sentence."),
         FunctionOutput(item_id="o2", call_id="c2", output="3 C"),
         FunctionOutput(item_id="o1", call_id="c1", output="18 C"),
@@ -107,10 +112,13 @@ def test_chat_messages_pair_every_call_with_its_output_and_mark_a_cut_reply() ->
     assert chat_messages(entries, "Be brief.", calls) == [
         ChatMessage(role="system", content="Be brief."),
         ChatMessage(role="user", content="Weather in Paris and Oslo?"),
-        ChatMessage(role="assistant", tool_calls=(
-            ChatToolCall(id="c1", name="get_weather", arguments='{"city":"Paris"}'),
-            ChatToolCall(id="c2", name="get_weather", arguments='{"city":"Oslo"}'),
-        )),
+        ChatMessage(
+            role="assistant",
+            tool_calls=(
+                ChatToolCall(id="c1", name="get_weather", arguments='{"city":"Paris"}'),
+                ChatToolCall(id="c2", name="get_weather", arguments='{"city":"Oslo"}'),
+            ),
+        ),
         ChatMessage(role="tool", tool_call_id="c1", content="18 C"),
         ChatMessage(role="tool", tool_call_id="c2", content="3 C"),
         ChatMessage(role="system", content="Answer in one sentence."),

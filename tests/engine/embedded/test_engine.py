@@ -361,7 +361,9 @@ async def test_idle_sessions_hold_no_decoder_and_a_talking_caller_holds_one_for_
     assert engine.leased_recognizers == 0
 
 
-async def test_a_session_closed_mid_turn_gives_its_decoder_back(engine: EmbeddedEngine, speech_pcm: bytes) -> None:
+async def test_a_session_closed_mid_turn_gives_its_decoder_back(
+    engine: EmbeddedEngine, speech_pcm: bytes
+) -> None:
     pool = engine.models.partials
     assert pool is not None
     session = await engine.open_session("closing", SessionConfig())

@@ -42,8 +42,13 @@ async def llm_engine(url: str, *, pace: float = 0.0, **chat: object) -> AsyncIte
     """An engine with a language model; its models are the process's shared ones, so it starts at once."""
     settings = ChatSettings(url=url, model="", timeout_s=3.0, **chat)  # type: ignore[arg-type]
     engine = EmbeddedEngine(
-        pace=pace, lead_ms=300, partials=False, whisper_cpu_threads=2, tts_threads=2,
-        clock=lambda: FIXED_NOW, chat=settings,
+        pace=pace,
+        lead_ms=300,
+        partials=False,
+        whisper_cpu_threads=2,
+        tts_threads=2,
+        clock=lambda: FIXED_NOW,
+        chat=settings,
     )
     await engine.start()
     try:
@@ -107,9 +112,17 @@ async def test_a_tool_call_round_trip_carries_the_conversation(server: ChatServe
     # The second request: the reply's own instructions, the call and its output after the history.
     assert second["messages"][0] == {"role": "system", "content": "Answer in one sentence."}
     assert second["messages"][-2:] == [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": call.call_id, "type": "function", "function": {"name": "get_current_weather", "arguments": arguments}}
-        ]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call.call_id,
+                    "type": "function",
+                    "function": {"name": "get_current_weather", "arguments": arguments},
+                }
+            ],
+        },
         {"role": "tool", "content": '{"sky": "sunny"}', "tool_call_id": call.call_id},
     ]
 
@@ -181,7 +194,9 @@ async def test_an_unreachable_endpoint_at_start_leaves_the_offline_responder(
     assert lines[0].endswith("); answering with the offline responder")
 
 
-async def test_a_refused_request_is_answered_offline(server: ChatServer, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_refused_request_is_answered_offline(
+    server: ChatServer, caplog: pytest.LogCaptureFixture
+) -> None:
     server.script(Reply(status=401, error="Incorrect API key provided: sk-wrong-key."))
     async with llm_engine(server.url, api_key="sk-wrong-key") as engine, opened(engine, "llm_401") as session:
         with caplog.at_level(logging.WARNING, logger="duplex_gateway.engine.embedded"):
@@ -193,7 +208,9 @@ async def test_a_refused_request_is_answered_offline(server: ChatServer, caplog:
         await session.create_response(response_id="resp_k2", instructions=None)
         again = await until_done(session, "resp_k2")
     assert reply_text(seen) == "You said: what day is it? Today is Tuesday, May 6, 2025."
-    assert done(seen, "resp_k").status == "completed" and not any(isinstance(e, port.EngineError) for e in seen)
+    assert done(seen, "resp_k").status == "completed" and not any(
+        isinstance(e, port.EngineError) for e in seen
+    )
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "HTTP 401" in warnings[0] and "offline responder" in warnings[0]
     assert "sk-wrong-key" not in warnings[0]
@@ -206,14 +223,21 @@ def test_the_registry_builds_the_model_settings_with_the_key_from_the_environmen
 ) -> None:
     llm: dict[str, Any] = {
         "engine.embedded.llm": {
-            "url": "http://127.0.0.1:8080/v1", "api_key_env": "TEST_LLM_KEY", "max_tokens": 200, "temperature": 0.3,
+            "url": "http://127.0.0.1:8080/v1",
+            "api_key_env": "TEST_LLM_KEY",
+            "max_tokens": 200,
+            "temperature": 0.3,
         }
     }
     monkeypatch.setenv("TEST_LLM_KEY", "sk-from-env")
     engine = build_engine(load_settings(**llm))
     assert isinstance(engine, EmbeddedEngine) and not engine.ready
     assert engine._chat_settings == ChatSettings(
-        url="http://127.0.0.1:8080/v1", model="", api_key="sk-from-env", timeout_s=10.0, max_tokens=200,
+        url="http://127.0.0.1:8080/v1",
+        model="",
+        api_key="sk-from-env",
+        timeout_s=10.0,
+        max_tokens=200,
         temperature=0.3,
     )
     assert isinstance(build_engine(load_settings()), EmbeddedEngine)  # no url: no model

@@ -25,7 +25,11 @@ WEATHER = FunctionTool(
 REPORT = FunctionTool(
     name="send_weather_report",
     description="Send the weather report for a day",
-    parameters={"type": "object", "properties": {"day": {"type": "string", "format": "date"}}, "required": ["day"]},
+    parameters={
+        "type": "object",
+        "properties": {"day": {"type": "string", "format": "date"}},
+        "required": ["day"],
+    },
 )
 TOOLS = port.ResponseOptions(tools=(WEATHER,))
 TEXT = (Modality.TEXT,)
@@ -64,11 +68,17 @@ def test_capabilities_claim_tools_and_only_the_options_honoured(engine: Embedded
 async def test_a_matching_request_calls_the_tool_and_its_output_is_read_back(engine: EmbeddedEngine) -> None:
     async with opened(engine, "tool_call") as session:
         seen = await reply_to(session, "What's the weather in Paris?", "resp_call", TOOLS)
-        assert [type(e).__name__ for e in seen] == ["EngineResponseStarted", "EngineFunctionCall", "EngineResponseDone"]
+        assert [type(e).__name__ for e in seen] == [
+            "EngineResponseStarted",
+            "EngineFunctionCall",
+            "EngineResponseDone",
+        ]
         call = seen[1]
         assert isinstance(call, port.EngineFunctionCall)
         assert (call.name, json.loads(call.arguments)) == ("get_current_weather", {"city": "Paris"})
-        assert call.call_id.startswith("call_") and seen[2] == port.EngineResponseDone(response_id="resp_call")
+        assert call.call_id.startswith("call_") and seen[2] == port.EngineResponseDone(
+            response_id="resp_call"
+        )
         # The client runs the function; the next reply reads its output back.
         output = json.dumps({"temperature": 18, "conditions": "sunny"})
         await session.add_function_output(item_id="item_out", call_id=call.call_id, output=output)
@@ -88,7 +98,9 @@ async def test_a_matching_request_calls_the_tool_and_its_output_is_read_back(eng
 async def test_an_unrelated_request_calls_nothing_unless_the_choice_forces_it(engine: EmbeddedEngine) -> None:
     async with opened(engine, "no_call") as session:
         plain = await reply_to(session, "Hello there, how are you?", "resp_plain", TOOLS)
-        forced = replace(TOOLS, tool_choice=ToolChoice(mode=ToolChoiceMode.REQUIRED, function="get_current_weather"))
+        forced = replace(
+            TOOLS, tool_choice=ToolChoice(mode=ToolChoiceMode.REQUIRED, function="get_current_weather")
+        )
         await session.create_response(response_id="resp_forced", instructions=None, options=forced)
         made = await until_done(session, "resp_forced")
         off = replace(TOOLS, tool_choice=ToolChoice(mode=ToolChoiceMode.NONE))
@@ -100,7 +112,9 @@ async def test_an_unrelated_request_calls_nothing_unless_the_choice_forces_it(en
     assert reply_text(declined) == "You said: what's the weather in Paris?"
 
 
-async def test_a_spoken_turn_calls_a_tool_the_session_offers(engine: EmbeddedEngine, speech_pcm: bytes) -> None:
+async def test_a_spoken_turn_calls_a_tool_the_session_offers(
+    engine: EmbeddedEngine, speech_pcm: bytes
+) -> None:
     # A commit's reply takes its tools from the session's configuration.
     async with opened(engine, "spoken_call") as session:
         await session.update(SessionConfig(tools=(WEATHER, REPORT)))
@@ -117,7 +131,9 @@ async def test_an_out_of_band_reply_runs_beside_the_conversation_and_stays_out_o
     engine: EmbeddedEngine,
 ) -> None:
     side = port.ResponseOptions(
-        out_of_band=True, modalities=TEXT, input=(port.ContextItem(id="", role="user", text="What time is it?"),)
+        out_of_band=True,
+        modalities=TEXT,
+        input=(port.ContextItem(id="", role="user", text="What time is it?"),),
     )
     async with opened(engine, "side") as session:
         assert isinstance(session, EmbeddedSession)
@@ -125,16 +141,24 @@ async def test_an_out_of_band_reply_runs_beside_the_conversation_and_stays_out_o
         await session.create_response(response_id="resp_main", instructions=None)
         await session.create_response(response_id="resp_side", instructions=None, options=side)
         both = await until_done(session, "resp_main")
-        both += await until_done(session, "resp_side") if not any(
-            isinstance(e, port.EngineResponseDone) and e.response_id == "resp_side" for e in both) else []
+        both += (
+            await until_done(session, "resp_side")
+            if not any(isinstance(e, port.EngineResponseDone) and e.response_id == "resp_side" for e in both)
+            else []
+        )
         history = session.history.snapshot()
         # A barge-in stops the conversation's reply; the one out of band goes on.
         await session.create_response(response_id="resp_main2", instructions=None)
         await session.create_response(response_id="resp_side2", instructions=None, options=side)
         await session.barge_in()
         second = await until_done(session, "resp_side2")
-        second += await until_done(session, "resp_main2") if not any(
-            isinstance(e, port.EngineResponseDone) and e.response_id == "resp_main2" for e in second) else []
+        second += (
+            await until_done(session, "resp_main2")
+            if not any(
+                isinstance(e, port.EngineResponseDone) and e.response_id == "resp_main2" for e in second
+            )
+            else []
+        )
         # Cancelling the one out of band leaves the conversation's alone.
         await session.create_response(response_id="resp_main3", instructions=None)
         await session.create_response(response_id="resp_side3", instructions=None, options=side)
@@ -144,10 +168,13 @@ async def test_an_out_of_band_reply_runs_beside_the_conversation_and_stays_out_o
     assert reply_text(of(both, "resp_main")) == "You said: what day is it? Today is Tuesday, May 6, 2025."
     side_text = "".join(e.delta for e in of(both, "resp_side") if isinstance(e, port.EngineText))
     assert side_text == "You said: what time is it? It's 3:15 PM UTC."
-    assert audio_bytes(both, "resp_side") == 0 and not any(isinstance(e, port.EngineTranscript) for e in of(
-        both, "resp_side"))
+    assert audio_bytes(both, "resp_side") == 0 and not any(
+        isinstance(e, port.EngineTranscript) for e in of(both, "resp_side")
+    )
     assert [e.response_id for e in history if isinstance(e, Spoken)] == ["resp_main"]
-    assert done(second, "resp_main2").status == "cancelled" and done(second, "resp_side2").status == "completed"
+    assert (
+        done(second, "resp_main2").status == "cancelled" and done(second, "resp_side2").status == "completed"
+    )
     assert done(third, "resp_side3").status == "cancelled" and done(third, "resp_main3").status == "completed"
     assert audio_bytes(third, "resp_main3") > 0
 
@@ -158,13 +185,16 @@ async def test_a_text_session_gets_text_and_a_token_cap_cuts_the_reply(engine: E
         texted = await reply_to(session, "What time is it?", "resp_text")  # the session's settings
         capped = await reply_to(session, "Help", "resp_cap", port.ResponseOptions(max_output_tokens=6))
     assert [e.delta for e in texted if isinstance(e, port.EngineText)] == [
-        "You said: what time is it?", " It's 3:15 PM UTC."]
+        "You said: what time is it?",
+        " It's 3:15 PM UTC.",
+    ]
     assert not any(isinstance(e, port.EngineAudio | port.EngineTranscript) for e in texted)
     assert done(texted, "resp_text").status == "completed"
     # The offline responder counts words as tokens.
     assert reply_text(capped) == "You said: help. I'm a voice"
     assert done(capped, "resp_cap") == port.EngineResponseDone(
-        response_id="resp_cap", status="incomplete", reason="max_output_tokens")
+        response_id="resp_cap", status="incomplete", reason="max_output_tokens"
+    )
 
 
 async def test_a_truncated_reply_is_remembered_as_far_as_it_was_heard(engine: EmbeddedEngine) -> None:

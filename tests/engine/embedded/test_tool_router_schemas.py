@@ -45,7 +45,9 @@ def get_weather(city: str = "here") -> str:
 
 
 @function_tool
-def get_forecast(city: str, unit: Unit = Unit.CELSIUS, days: int | None = None, detailed: bool = False) -> str:
+def get_forecast(
+    city: str, unit: Unit = Unit.CELSIUS, days: int | None = None, detailed: bool = False
+) -> str:
     """Get the weather forecast for a city.
 
     Args:
@@ -75,8 +77,12 @@ def set_alarm(time: str | None, label: Literal["wake", "nap"] = "wake") -> str:
 
 def wire(tool: AgentsTool) -> FunctionTool:
     """The tool as openai-agents' realtime model sends it in ``session.update``, parsed as the gateway does."""
-    sent = {"type": "function", "name": tool.name, "description": tool.description,
-            "parameters": tool.params_json_schema}
+    sent = {
+        "type": "function",
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.params_json_schema,
+    }
     return parse_tools([json.loads(json.dumps(sent))], "session.tools")[0]
 
 
@@ -86,8 +92,9 @@ def route(heard: str, *tools: FunctionTool, choice: ToolChoice | None = None) ->
 
 def invoke(tool: AgentsTool, call: ToolCall) -> Any:
     """What openai-agents' own argument validation and the function make of the router's arguments."""
-    context = ToolContext(context=None, tool_name=tool.name, tool_call_id="call_1",
-                          tool_arguments=call.arguments_json())
+    context = ToolContext(
+        context=None, tool_name=tool.name, tool_call_id="call_1", tool_arguments=call.arguments_json()
+    )
     return asyncio.run(tool.on_invoke_tool(context, call.arguments_json()))
 
 
@@ -122,10 +129,14 @@ def test_a_default_is_not_a_reason_to_call_an_unrelated_tool() -> None:
 @pytest.mark.parametrize(
     ("heard", "expected"),
     [
-        ("What's the forecast for Paris?",
-         {"city": "Paris", "unit": "celsius", "days": None, "detailed": False}),
-        ("What's the forecast in Boston for the next three days in fahrenheit?",
-         {"city": "Boston", "unit": "fahrenheit", "days": 3, "detailed": False}),
+        (
+            "What's the forecast for Paris?",
+            {"city": "Paris", "unit": "celsius", "days": None, "detailed": False},
+        ),
+        (
+            "What's the forecast in Boston for the next three days in fahrenheit?",
+            {"city": "Boston", "unit": "fahrenheit", "days": 3, "detailed": False},
+        ),
     ],
 )
 def test_defaults_nulls_and_enums_of_a_strict_schema(heard: str, expected: dict[str, object]) -> None:
@@ -138,7 +149,9 @@ def test_a_required_parameter_without_a_default_is_still_needed() -> None:
     # city has neither a default nor null: nothing heard for it, so the tool is not called...
     assert route("What's the forecast like?", wire(get_forecast)) is None
     # ...unless the call is forced, and then it is left out rather than invented.
-    call = route("What's the forecast like?", wire(get_forecast), choice=ToolChoice(mode=ToolChoiceMode.REQUIRED))
+    call = route(
+        "What's the forecast like?", wire(get_forecast), choice=ToolChoice(mode=ToolChoiceMode.REQUIRED)
+    )
     assert call is not None and dict(call.arguments) == {"unit": "celsius", "days": None, "detailed": False}
 
 
@@ -199,12 +212,16 @@ def test_pipecat_optional_parameter_is_null_when_not_said() -> None:
 
 def test_type_lists_with_null_and_reference_cycles() -> None:
     # OpenAI's own strict-mode examples spell an optional field as a type list with "null".
-    tool = FunctionTool(name="get_weather", description="Get the weather for a city.", parameters={
-        "type": "object",
-        "properties": {"city": {"type": ["string", "null"]}, "loop": {"$ref": "#/$defs/Loop"}},
-        "$defs": {"Loop": {"$ref": "#/$defs/Loop"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    })
+    tool = FunctionTool(
+        name="get_weather",
+        description="Get the weather for a city.",
+        parameters={
+            "type": "object",
+            "properties": {"city": {"type": ["string", "null"]}, "loop": {"$ref": "#/$defs/Loop"}},
+            "$defs": {"Loop": {"$ref": "#/$defs/Loop"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    )
     call = route("What's the weather like?", tool)
     assert call is not None and dict(call.arguments) == {"city": None}

@@ -146,7 +146,9 @@ def test_quick_start_splits_a_short_opening_clause() -> None:
     assert quick_start([]) == []
 
 
-def test_short_phrases_are_spoken_once(synthesizer: PiperSynthesizer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_short_phrases_are_spoken_once(
+    synthesizer: PiperSynthesizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spoken: list[str] = []
     real = synthesizer._speak
 

@@ -15,8 +15,24 @@ from duplex_gateway.engine import omni
 _LOADING = {"loading"}
 
 _FORBIDDEN = {
-    "asyncio", "socket", "time", "selectors", "threading", "trio", "anyio", "websockets", "starlette",
-    "uvicorn", "datetime", "random", "uuid", "os", "sys", "vllm", "vllm_omni", "torch",
+    "asyncio",
+    "socket",
+    "time",
+    "selectors",
+    "threading",
+    "trio",
+    "anyio",
+    "websockets",
+    "starlette",
+    "uvicorn",
+    "datetime",
+    "random",
+    "uuid",
+    "os",
+    "sys",
+    "vllm",
+    "vllm_omni",
+    "torch",
 }
 
 _MODULES = sorted(info.name for info in pkgutil.iter_modules(omni.__path__) if info.name not in _LOADING)
@@ -41,8 +57,12 @@ def test_translator_module_is_pure(name: str) -> None:
             module = node.module or ""
             if module.startswith("duplex_gateway."):
                 assert module.startswith(
-                    ("duplex_gateway.engine.port", "duplex_gateway.engine.omni", "duplex_gateway.audio",
-                     "duplex_gateway.session_config")
+                    (
+                        "duplex_gateway.engine.port",
+                        "duplex_gateway.engine.omni",
+                        "duplex_gateway.audio",
+                        "duplex_gateway.session_config",
+                    )
                 ) or (module == "duplex_gateway.engine" and [a.name for a in node.names] == ["port"]), module
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             assert node.func.id not in ("__import__", "open", "exec", "eval")

@@ -34,7 +34,12 @@ def _same(item: object) -> str:
 
 
 def _audio(data: bytes, **fields: Any) -> dict[str, Any]:
-    return {"type": "response.output_audio.delta", "response_id": "r1", "delta": base64.b64encode(data).decode(), **fields}
+    return {
+        "type": "response.output_audio.delta",
+        "response_id": "r1",
+        "delta": base64.b64encode(data).decode(),
+        **fields,
+    }
 
 
 def _pcm(seconds: float, rate: int) -> bytes:
@@ -79,7 +84,9 @@ def test_the_playback_ledger_is_read_as_vllm_omni_reports_it_cumulatively() -> N
     the earlier chunks): two chunks of 100 ms at speed 0.5 say 200 then 400, not 600."""
     replies = {"r1": _reply()}
     for ledger in (200, 400):
-        translate(_audio(_pcm(0.1, OUT_RATE), metadata={"audio_duration_ms": ledger}), replies, caller_item=_same)
+        translate(
+            _audio(_pcm(0.1, OUT_RATE), metadata={"audio_duration_ms": ledger}), replies, caller_item=_same
+        )
     audio = replies["r1"].audio
     assert (audio.produced_ms, audio.ledger_total(), audio.ledger_played(100)) == (200.0, 400, 200)
     # Without a report, the ledger counts what came.
@@ -127,8 +134,14 @@ def test_the_callers_transcript_deltas_pass_and_an_empty_final_one_does_not() ->
         return mapped.get(str(item), str(item))
 
     delta = {"type": "conversation.item.input_audio_transcription.delta", "item_id": "item_b", "delta": "he"}
-    assert translate(delta, {}, caller_item=caller) == [port.EngineInputTranscript(item_id="item_gw", text="he")]
-    done = {"type": "conversation.item.input_audio_transcription.completed", "item_id": "item_b", "transcript": ""}
+    assert translate(delta, {}, caller_item=caller) == [
+        port.EngineInputTranscript(item_id="item_gw", text="he")
+    ]
+    done = {
+        "type": "conversation.item.input_audio_transcription.completed",
+        "item_id": "item_b",
+        "transcript": "",
+    }
     assert translate(done, {}, caller_item=caller) == []
     assert translate({**done, "transcript": "hello"}, {}, caller_item=caller) == [
         port.EngineInputTranscript(item_id="item_gw", text="hello", final=True)
@@ -145,8 +158,11 @@ def test_speech_events_are_the_callers_only_where_the_engines_vad_finds_turns() 
 
 def test_listen_speak_and_overlap_decisions() -> None:
     replies = {"r1": _reply()}
-    listen = {"type": "response.listen", "response_id": "r1",
-              "response": {"id": "r1", "status": "listening", "metadata": {"reason": "backchannel"}}}
+    listen = {
+        "type": "response.listen",
+        "response_id": "r1",
+        "response": {"id": "r1", "status": "listening", "metadata": {"reason": "backchannel"}},
+    }
     assert translate(listen, replies, caller_item=_same) == [
         port.EngineListen(response_id="resp_1", reason="backchannel")
     ]
@@ -161,12 +177,20 @@ def test_listen_speak_and_overlap_decisions() -> None:
 
 
 def test_a_reply_ends_with_its_status_reason_and_usage() -> None:
-    done = {"type": "response.done", "response": {
-        "id": "r1", "status": "incomplete", "status_details": {"reason": "max_output_tokens"},
-        "usage": {"input_tokens": 7, "output_tokens": 9}}}
-    assert reply_done(_reply(), done) == [port.EngineResponseDone(
-        response_id="resp_1", status="failed", reason="max_output_tokens", input_tokens=7, output_tokens=9
-    )]
+    done = {
+        "type": "response.done",
+        "response": {
+            "id": "r1",
+            "status": "incomplete",
+            "status_details": {"reason": "max_output_tokens"},
+            "usage": {"input_tokens": 7, "output_tokens": 9},
+        },
+    }
+    assert reply_done(_reply(), done) == [
+        port.EngineResponseDone(
+            response_id="resp_1", status="failed", reason="max_output_tokens", input_tokens=7, output_tokens=9
+        )
+    ]
 
 
 def test_errors_read_whatever_their_nesting_and_late_reports_are_no_news() -> None:

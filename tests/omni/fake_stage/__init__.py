@@ -113,7 +113,9 @@ def duplex_omni() -> DuplexOmni:
             try:
                 result = await super().open_session_async(session_id, session_config, **kwargs)
             except Exception as exc:
-                calls.write("open_session.result", session_id=session_id, error=getattr(exc, "code", repr(exc)))
+                calls.write(
+                    "open_session.result", session_id=session_id, error=getattr(exc, "code", repr(exc))
+                )
                 raise
             calls.write("open_session.result", session_id=session_id, ok=True)
             return result
@@ -155,7 +157,11 @@ def _prompt_summary(prompt: Any) -> dict[str, Any]:
         audio = (prompt.get("multi_modal_data") or {}).get("audio")
         if audio is not None:
             items = audio if isinstance(audio, list) else [audio]
-            return {"prompt": "audio", "samples": sum(len(pcm) for pcm, _ in items), "text": prompt.get("prompt")}
+            return {
+                "prompt": "audio",
+                "samples": sum(len(pcm) for pcm, _ in items),
+                "text": prompt.get("prompt"),
+            }
         if "prompt_token_ids" in prompt:
             return {"prompt": "tokens", "token_ids": list(prompt["prompt_token_ids"])}
     return {"prompt": type(prompt).__name__}
@@ -177,14 +183,18 @@ def async_omni() -> AsyncOmni:
         fake_chunk_delay_s = settings["chunk_delay_s"]
         fake_output_kind = settings["output_kind"]
 
-        def add_request(self, request_id: str, prompt: Any, *args: Any, resumable: bool = False, **kwargs: Any) -> None:
+        def add_request(
+            self, request_id: str, prompt: Any, *args: Any, resumable: bool = False, **kwargs: Any
+        ) -> None:
             calls.write("add_request", request_id=request_id, resumable=resumable, **_prompt_summary(prompt))
             super().add_request(request_id, prompt, *args, resumable=resumable, **kwargs)
 
         def add_streaming_update(
             self, request_id: str, prompt: Any, *args: Any, resumable: bool = True, **kwargs: Any
         ) -> None:
-            calls.write("add_streaming_update", request_id=request_id, resumable=resumable, **_prompt_summary(prompt))
+            calls.write(
+                "add_streaming_update", request_id=request_id, resumable=resumable, **_prompt_summary(prompt)
+            )
             super().add_streaming_update(request_id, prompt, *args, resumable=resumable, **kwargs)
 
         async def abort_async(self, request_ids: list[str], timeout: float | None = None) -> list[Any]:

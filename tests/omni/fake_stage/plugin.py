@@ -260,7 +260,9 @@ class EchoDataPlane(DuplexDataPlane):
         self.terminal = {
             rid for rid in self.terminal if not duplex_resource_request_belongs_to_session(rid, session_id)
         }
-        for rid in [rid for rid in self.tool_text if duplex_resource_request_belongs_to_session(rid, session_id)]:
+        for rid in [
+            rid for rid in self.tool_text if duplex_resource_request_belongs_to_session(rid, session_id)
+        ]:
             del self.tool_text[rid]
         self.answered.pop(session_id, None)
 
@@ -275,7 +277,7 @@ class EchoDataPlane(DuplexDataPlane):
             self.tool_text[rid] = buffered
             return None, ""
         self.tool_text.pop(rid, None)
-        body, _, rest = buffered[len(TOOL_OPEN):].partition(TOOL_CLOSE)
+        body, _, rest = buffered[len(TOOL_OPEN) :].partition(TOOL_CLOSE)
         call = json.loads(body)
         # Shaped like vLLM-Omni's tool-calling data plane: the session runner emits it as
         # ``function_call.done``, and the Realtime translator as a function_call item.
@@ -334,7 +336,9 @@ class EchoDataPlane(DuplexDataPlane):
 def _mono(audio: object) -> np.ndarray:
     chunks = audio if isinstance(audio, list | tuple) else [audio]
     arrays = [
-        np.asarray(c.detach().float().cpu().numpy() if isinstance(c, torch.Tensor) else c, dtype=np.float32).reshape(-1)
+        np.asarray(
+            c.detach().float().cpu().numpy() if isinstance(c, torch.Tensor) else c, dtype=np.float32
+        ).reshape(-1)
         for c in chunks
     ]
     return np.concatenate(arrays) if arrays else np.empty(0, dtype=np.float32)
@@ -423,11 +427,15 @@ class FakeEchoDuplexPlugin(DuplexModelPlugin):
         call_id, output = item.get("call_id"), item.get("output")
         if not isinstance(call_id, str) or not call_id or not isinstance(output, str):
             raise DuplexRuntimeConfigError(
-                "function_call_output needs a call_id and a string output", code="invalid_function_call_output"
+                "function_call_output needs a call_id and a string output",
+                code="invalid_function_call_output",
             )
         self.calls.write("function_output", call_id=call_id, output=output)
         runtime = copy.deepcopy(dict(current))
-        runtime["function_outputs"] = [*(runtime.get("function_outputs") or []), {"call_id": call_id, "output": output}]
+        runtime["function_outputs"] = [
+            *(runtime.get("function_outputs") or []),
+            {"call_id": call_id, "output": output},
+        ]
         return runtime
 
     def configure_sampling_params(

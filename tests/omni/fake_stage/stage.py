@@ -82,7 +82,11 @@ class CallLog:
 
 
 def _bytes_to_unicode() -> dict[int, str]:
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), 256)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("\xa1"), ord("\xac") + 1),
+        *range(ord("\xae"), 256),
+    ]
     codes = printable[:]
     extra = 0
     for b in range(256):
@@ -211,7 +215,9 @@ class EchoStageClient:
     def set_engine_outputs(self, engine_outputs: Any) -> None:
         return None
 
-    def process_engine_inputs(self, source_outputs: list[Any], prompt: Any = None, streaming_context: Any = None) -> list[Any]:
+    def process_engine_inputs(
+        self, source_outputs: list[Any], prompt: Any = None, streaming_context: Any = None
+    ) -> list[Any]:
         return []
 
     def get_kv_sender_info(self, **_: Any) -> None:
@@ -268,7 +274,12 @@ class EchoStageClient:
                 )
                 await self._queue().put(OmniEngineCoreOutputs(outputs=[output]))
                 self._calls.write(
-                    "stage.chunk", request_id=rid, index=index, samples=int(pcm.size), tokens=len(ids), final=last
+                    "stage.chunk",
+                    request_id=rid,
+                    index=index,
+                    samples=int(pcm.size),
+                    tokens=len(ids),
+                    final=last,
                 )
         finally:
             if self._speaking.get(rid) is asyncio.current_task():
@@ -398,12 +409,23 @@ class FakeStageEngineMixin:
             chunk_delay_s=self.fake_chunk_delay_s,
             output_kind=self.fake_output_kind,
         )
-        processor = MultimodalOutputProcessor(tokenizer=tokenizer, log_stats=False, engine_core_output_type="audio")
+        processor = MultimodalOutputProcessor(
+            tokenizer=tokenizer, log_stats=False, engine_core_output_type="audio"
+        )
         # What the orchestrator reads of the stage's vllm config (request length limits).
         model_config = SimpleNamespace(
-            model=self.model, max_model_len=MAX_MODEL_LEN, trust_remote_code=False, async_chunk=False, stage_id=0
+            model=self.model,
+            max_model_len=MAX_MODEL_LEN,
+            trust_remote_code=False,
+            async_chunk=False,
+            stage_id=0,
         )
-        pool = StagePool(0, [client], output_processor=processor, stage_vllm_config=SimpleNamespace(model_config=model_config))
+        pool = StagePool(
+            0,
+            [client],
+            output_processor=processor,
+            stage_vllm_config=SimpleNamespace(model_config=model_config),
+        )
         self._runtime = _FakeRuntime([pool])
         self.num_stages = 1
         self.stage_pools = [pool]
@@ -416,6 +438,8 @@ class FakeStageEngineMixin:
         self.prompt_expand_func = None
         self.default_sampling_params_list = [client.default_sampling_params]
         self.stage_metadata = [
-            StageRuntimeInfo(final_output=True, final_output_type="audio", stage_type="llm", model_stage="echo")
+            StageRuntimeInfo(
+                final_output=True, final_output_type="audio", stage_type="llm", model_stage="echo"
+            )
         ]
         self.supported_tasks = ("generate", "speech")

@@ -153,7 +153,6 @@ class TelnyxSpec(call.CarrierSpec[TelnyxSettings]):
     settings_model = TelnyxSettings
     answer_hook = AnswerHook("texml", ("POST",))
 
-
     def answer(self, request: WebhookRequest, stream_url: str) -> Answer:
         return Answer(texml(stream_url), "text/xml")
 

@@ -118,7 +118,9 @@ class TelnyxCarrier:
             raise call.bad_message("a Telnyx media message has no 'media' object")
         track = media.get("track", "inbound")
         caller = track in ("inbound", "inbound_track")
-        payload = call.media_payload(media, "Telnyx") if caller else None  # only the caller's side is the caller
+        payload = (
+            call.media_payload(media, "Telnyx") if caller else None
+        )  # only the caller's side is the caller
         if payload and self._codec is not None and len(payload) % self._codec.sample_bytes:
             # Refused on arrival: once held for reordering, a bad frame would take good ones down with it.
             raise call.bad_message(f"a Telnyx media payload of {len(payload)} bytes is not whole samples")
@@ -174,7 +176,9 @@ class TelnyxCarrier:
     def media(self, audio: bytes) -> Sequence[Frame]:
         codec = self._codec
         payload = codec.encode(audio) if codec is not None else audio
-        return [call.dump({"event": "media", "media": {"payload": base64.b64encode(payload).decode("ascii")}})]
+        return [
+            call.dump({"event": "media", "media": {"payload": base64.b64encode(payload).decode("ascii")}})
+        ]
 
     def mark(self, name: str) -> Frame | None:
         return call.dump({"event": "mark", "mark": {"name": name}})
