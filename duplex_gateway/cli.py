@@ -129,13 +129,13 @@ def _serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from duplex_gateway.app import create_app
+    from duplex_gateway.audio.vad import SileroVad
     from duplex_gateway.config import ConfigError, load_settings
     from duplex_gateway.engine.registry import UnknownEngine, build_engine
-    from duplex_gateway.http_timeouts import head_timeout_protocol
-    from duplex_gateway.logs import configure_logging
-    from duplex_gateway.vad import SileroVad
-    from duplex_gateway.ws_protocol import stuck_client_protocol
+    from duplex_gateway.ops.logs import configure_logging
+    from duplex_gateway.server.app import create_app
+    from duplex_gateway.server.http_timeouts import head_timeout_protocol
+    from duplex_gateway.server.ws_protocol import stuck_client_protocol
 
     try:
         settings = load_settings(
@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "call":
         return _call(args)
     if args.command == "replay":
-        from duplex_gateway.replay import run
+        from duplex_gateway.ops.replay import run
 
         return run(
             args.recording,

@@ -360,7 +360,7 @@ def _frames(data: bytes) -> list[str | bytes]:
 
 
 def _build(target: str) -> Callable[[bytes], None]:
-    from duplex_gateway.errors import ErrorCode, ProtocolError
+    from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
 
     def coded(exc: ProtocolError) -> None:
         if not isinstance(exc.code, ErrorCode) or not exc.message:

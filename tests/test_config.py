@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from duplex_gateway.app import session_defaults
 from duplex_gateway.config import ConfigError, load_settings
 from duplex_gateway.engine.registry import UnknownEngine, build_engine
+from duplex_gateway.server.app import session_defaults
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 MODULES = [
-    "duplex_gateway.app",
+    "duplex_gateway.server.app",
     "duplex_gateway.cli",
     "duplex_gateway.engine.registry",
     "duplex_gateway.engine.remote",
@@ -74,11 +74,11 @@ def test_the_core_imports_and_serves_without_the_extras() -> None:
         for m in [
             *MODULES,
             "duplex_gateway.call",
-            "duplex_gateway.replay",
+            "duplex_gateway.ops.replay",
             "duplex_gateway.telephony.registry",
         ]
     ) + (
-        "from duplex_gateway.app import create_app\n"
+        "from duplex_gateway.server.app import create_app\n"
         "from duplex_gateway.config import load_settings\n"
         "from duplex_gateway.engine.registry import build_engine\n"
         "settings = load_settings(None, **{'engine.name': 'echo'})\n"
@@ -90,7 +90,7 @@ def test_the_core_imports_and_serves_without_the_extras() -> None:
 
 def test_a_feature_without_its_extra_names_the_extra() -> None:
     code = (
-        "from duplex_gateway.app import create_app\n"
+        "from duplex_gateway.server.app import create_app\n"
         "from duplex_gateway.config import load_settings\n"
         "from duplex_gateway.engine.registry import build_engine\n"
         "from duplex_gateway.extras import MissingExtra\n"

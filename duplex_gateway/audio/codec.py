@@ -16,7 +16,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from duplex_gateway.audio.format import Encoding
+from duplex_gateway.vocabulary.formats import Encoding
 
 __all__ = [
     "ALAW_TO_PCM16",

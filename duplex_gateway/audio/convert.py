@@ -16,8 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 from duplex_gateway.audio.codec import decode, decode_pcm16, encode, encode_pcm16, float_to_pcm16
-from duplex_gateway.audio.format import AudioFormat, Encoding
 from duplex_gateway.audio.resample import Quality, StreamResampler
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 
 __all__ = ["VAD_RATE", "InputConverter", "OutputConverter"]
 

@@ -35,7 +35,7 @@ from duplex_gateway.auth.principal import (
 )
 from duplex_gateway.auth.tokens import TOKEN_PREFIX, TokenError, TokenExpired, TokenSigner
 from duplex_gateway.config import GatewaySettings
-from duplex_gateway.errors import ErrorCode
+from duplex_gateway.vocabulary.errors import ErrorCode
 
 __all__ = ["CAPACITY_RETRY_AFTER_S", "Gate", "SignatureCheck", "client_address", "route_path"]
 

@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from duplex_gateway.auth.gate import Gate, client_address, route_path
 from duplex_gateway.auth.policy import AUTH_CHECK_PATH, Denial
-from duplex_gateway.errors import CloseCode, ErrorCode
+from duplex_gateway.vocabulary.errors import CloseCode, ErrorCode
 
 __all__ = ["AuthMiddleware"]
 

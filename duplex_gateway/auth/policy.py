@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from duplex_gateway.auth.principal import Scope
-from duplex_gateway.errors import ErrorCode, error_type_for
+from duplex_gateway.vocabulary.errors import ErrorCode, error_type_for
 
 __all__ = [
     "AUTH_CHECK_PATH",

@@ -27,7 +27,7 @@ from starlette.routing import Route
 from duplex_gateway.auth.gate import Gate
 from duplex_gateway.auth.policy import AUTH_CHECK_PATH, CLIENT_SECRETS_PATH
 from duplex_gateway.auth.principal import CLIENT_SECRET_SCOPES, Principal, PrincipalKind
-from duplex_gateway.errors import ErrorCode, ProtocolError, error_type_for
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError, error_type_for
 
 __all__ = ["DEFAULT_TTL_S", "MAX_TTL_S", "MIN_TTL_S", "SessionDescriber", "auth_routes"]
 

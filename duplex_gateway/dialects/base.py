@@ -1,7 +1,7 @@
 """The seam between a wire protocol and the gateway's one vocabulary.
 
 A :class:`Dialect` is a pure translator (no socket, no clock): client frames in,
-:mod:`~duplex_gateway.commands` out; :mod:`~duplex_gateway.events` in, frames
+:mod:`~duplex_gateway.vocabulary.commands` out; :mod:`~duplex_gateway.vocabulary.events` in, frames
 out. The connection holds one per socket and knows nothing else of the protocol,
 so the OpenAI Realtime dialect and the telephony carriers' dialects plug in the
 same way.
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from duplex_gateway.commands import Command
-from duplex_gateway.events import ServerEvent
-from duplex_gateway.transport import Frame
+from duplex_gateway.vocabulary.commands import Command
+from duplex_gateway.vocabulary.events import ServerEvent
+from duplex_gateway.vocabulary.frames import Frame
 
 __all__ = ["Dialect", "Frame", "PacedDialect"]
 

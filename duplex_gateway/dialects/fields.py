@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from duplex_gateway.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
 
 __all__ = [
     "JsonObject",

@@ -1,10 +1,10 @@
 """The OpenAI Realtime dialect: wire JSON <-> typed commands and events.
 
 :func:`parse_client_event` turns one client text frame into a
-:class:`~duplex_gateway.commands.Command` (GA and beta spellings, plus the
+:class:`~duplex_gateway.vocabulary.commands.Command` (GA and beta spellings, plus the
 vLLM-Omni duplex extensions) and raises nothing but
-:class:`~duplex_gateway.errors.ProtocolError`. :func:`render_server_event` turns a
-:class:`~duplex_gateway.events.ServerEvent` into the exact wire object, in GA
+:class:`~duplex_gateway.vocabulary.errors.ProtocolError`. :func:`render_server_event` turns a
+:class:`~duplex_gateway.vocabulary.events.ServerEvent` into the exact wire object, in GA
 names or, with ``beta=True``, in the beta spellings.
 
 Pure: no asyncio, no sockets, no clock. The session object mapping lives in
@@ -20,29 +20,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from duplex_gateway.commands import (
-    BargeIn,
-    Command,
-    ConversationItemCreate,
-    ConversationItemDelete,
-    ConversationItemRetrieve,
-    ConversationItemTruncate,
-    InputAudioAppend,
-    InputAudioClear,
-    InputAudioCommit,
-    InputCancel,
-    InputTextAppend,
-    OutputAudioClear,
-    PlaybackAck,
-    ResponseCancel,
-    ResponseCreate,
-    SessionClose,
-    SessionEventAck,
-    SessionHeartbeat,
-    SessionResume,
-    SessionUpdate,
-    TurnSignal,
-)
 from duplex_gateway.dialects.fields import (
     as_int,
     as_ms,
@@ -70,8 +47,31 @@ from duplex_gateway.dialects.realtime_session import (
     session_payload,
 )
 from duplex_gateway.dialects.realtime_tools import parse_metadata, parse_tool_choice, parse_tools
-from duplex_gateway.errors import ErrorCode, ProtocolError, error_type_for
-from duplex_gateway.events import (
+from duplex_gateway.vocabulary.commands import (
+    BargeIn,
+    Command,
+    ConversationItemCreate,
+    ConversationItemDelete,
+    ConversationItemRetrieve,
+    ConversationItemTruncate,
+    InputAudioAppend,
+    InputAudioClear,
+    InputAudioCommit,
+    InputCancel,
+    InputTextAppend,
+    OutputAudioClear,
+    PlaybackAck,
+    ResponseCancel,
+    ResponseCreate,
+    SessionClose,
+    SessionEventAck,
+    SessionHeartbeat,
+    SessionResume,
+    SessionUpdate,
+    TurnSignal,
+)
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError, error_type_for
+from duplex_gateway.vocabulary.events import (
     AudioDelta,
     AudioDone,
     ContentPartAdded,

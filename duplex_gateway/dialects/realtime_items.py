@@ -11,7 +11,6 @@ import base64
 import binascii
 from collections.abc import Mapping
 
-from duplex_gateway.commands import ItemSpec
 from duplex_gateway.dialects.fields import (
     JsonObject,
     as_object,
@@ -21,7 +20,8 @@ from duplex_gateway.dialects.fields import (
     join,
     opt_str,
 )
-from duplex_gateway.events import ConversationItem
+from duplex_gateway.vocabulary.commands import ItemSpec
+from duplex_gateway.vocabulary.events import ConversationItem
 
 __all__ = ["MAX_FRAMES_PER_APPEND", "check_picture", "parse_item", "render_item"]
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from duplex_gateway.audio.format import MAX_RATE, MIN_RATE, AudioFormat, Encoding
 from duplex_gateway.dialects.fields import (
     JsonObject,
     as_bool,
@@ -48,8 +47,9 @@ from duplex_gateway.dialects.realtime_tools import (
     tool_choice_object,
     tool_object,
 )
-from duplex_gateway.errors import ErrorCode, ProtocolError
-from duplex_gateway.session_config import (
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.formats import MAX_RATE, MIN_RATE, AudioFormat, Encoding
+from duplex_gateway.vocabulary.session_config import (
     VLLM_OMNI_FIELDS,
     InputTranscription,
     Modality,

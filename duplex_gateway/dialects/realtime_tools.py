@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from duplex_gateway.dialects.fields import JsonObject, as_object, as_str, get_field, invalid, join
-from duplex_gateway.errors import ErrorCode
-from duplex_gateway.session_config import (
+from duplex_gateway.vocabulary.errors import ErrorCode
+from duplex_gateway.vocabulary.session_config import (
     INCLUDABLE,
     FunctionTool,
     ToolChoice,

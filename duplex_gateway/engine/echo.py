@@ -19,7 +19,7 @@ from pydantic import Field
 from duplex_gateway.engine import port
 from duplex_gateway.engine.event_queue import EngineEventQueue
 from duplex_gateway.engine.spec import EngineSpec, SettingsSection
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.vocabulary.session_config import SessionConfig
 
 if TYPE_CHECKING:
     from duplex_gateway.config import GatewaySettings

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Final
 
-from duplex_gateway.session_config import FunctionTool, Modality, SessionConfig, ToolChoice
+from duplex_gateway.vocabulary.session_config import FunctionTool, Modality, SessionConfig, ToolChoice
 
 __all__ = [
     "REPLY_OUTPUT_EVENTS",

@@ -93,7 +93,7 @@ from duplex_gateway.engine.omni.tools import (
     reply_tools_refusal,
 )
 from duplex_gateway.engine.updates import PendingUpdates
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.vocabulary.session_config import SessionConfig
 
 __all__ = [
     "DEFAULT_INPUT_RATE",

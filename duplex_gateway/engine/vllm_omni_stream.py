@@ -68,7 +68,6 @@ import numpy as np
 import numpy.typing as npt
 
 from duplex_gateway.audio import codec
-from duplex_gateway.audio.format import Encoding
 from duplex_gateway.engine import port
 from duplex_gateway.engine.omni.audio import ReplyAudio
 from duplex_gateway.engine.omni.loading import (
@@ -77,7 +76,8 @@ from duplex_gateway.engine.omni.loading import (
     keep_root_logging,
     omni_builder,
 )
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.vocabulary.formats import Encoding
+from duplex_gateway.vocabulary.session_config import SessionConfig
 
 __all__ = ["AudioCursor", "TextCursor", "VllmOmniStreamEngine", "VllmOmniStreamSession", "to_mono"]
 

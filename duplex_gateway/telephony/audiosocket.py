@@ -27,10 +27,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, ClassVar
 
-from duplex_gateway.audio.format import MAX_RATE, AudioFormat, Encoding
-from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
-from duplex_gateway.transport import Frame, Socket
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.formats import MAX_RATE, AudioFormat, Encoding
+from duplex_gateway.vocabulary.frames import Frame, Socket
 
 __all__ = [
     "KIND_AUDIO",
@@ -233,7 +233,7 @@ def _frame_bytes(rate: int) -> int:
 
 
 class StreamSocket:
-    """A TCP connection as the :class:`~duplex_gateway.transport.Socket` a session reads.
+    """A TCP connection as the :class:`~duplex_gateway.host.transport.Socket` a session reads.
 
     Each whole TLV frame is one binary message; the end of the stream is a disconnect
     (1000 at a frame boundary, 1006 for a reset or a frame cut short).

@@ -22,8 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
-from duplex_gateway.audio.format import AudioFormat
-from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony.control import (
     Answer,
     AnswerHook,
@@ -35,7 +33,9 @@ from duplex_gateway.telephony.control import (
     SignatureRule,
     WebhookRequest,
 )
-from duplex_gateway.transport import Frame
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.formats import AudioFormat
+from duplex_gateway.vocabulary.frames import Frame
 
 __all__ = [
     "CallAudio",

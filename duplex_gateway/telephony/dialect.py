@@ -21,15 +21,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from duplex_gateway import commands as cmd
-from duplex_gateway import events as ev
 from duplex_gateway.audio import codec
-from duplex_gateway.errors import ErrorCode, ProtocolError
-from duplex_gateway.session_config import InputTranscription, SessionPatch
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.echo import EchoSuppressor
 from duplex_gateway.telephony.playout import Playout
-from duplex_gateway.transport import Frame
+from duplex_gateway.vocabulary import commands as cmd
+from duplex_gateway.vocabulary import events as ev
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.frames import Frame
+from duplex_gateway.vocabulary.session_config import InputTranscription, SessionPatch
 
 __all__ = ["CallDialect", "CallProfile", "CallSetup"]
 

@@ -16,8 +16,8 @@ import itertools
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from duplex_gateway.audio.format import AudioFormat, Encoding
 from duplex_gateway.telephony.carrier import Framing
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 
 __all__ = ["Heard", "Outgoing", "Playout", "Truncation"]
 

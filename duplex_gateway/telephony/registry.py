@@ -12,10 +12,10 @@ import importlib
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.control import CarrierSettings
-from duplex_gateway.transport import Frame
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.frames import Frame
 
 __all__ = [
     "CARRIERS",

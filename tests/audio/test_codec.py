@@ -20,7 +20,7 @@ from duplex_gateway.audio.codec import (
     float_to_pcm16,
     pcm16_to_float,
 )
-from duplex_gateway.audio.format import Encoding
+from duplex_gateway.vocabulary.formats import Encoding
 
 ALL_INT16 = np.arange(-32768, 32768, dtype=np.int16)
 

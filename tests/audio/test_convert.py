@@ -9,8 +9,8 @@ import soxr  # type: ignore[import-untyped]
 
 from duplex_gateway.audio.codec import decode, decode_pcm16, encode, encode_pcm16, float_to_pcm16
 from duplex_gateway.audio.convert import VAD_RATE, InputConverter, OutputConverter
-from duplex_gateway.audio.format import AudioFormat, Encoding
-from duplex_gateway.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 from tests.fixtures import load_speech
 
 

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient, WebSocketDenialResponse
 
-from duplex_gateway.app import create_app
 from duplex_gateway.auth.gate import Gate
 from duplex_gateway.auth.keys import KeyStore
 from duplex_gateway.auth.middleware import AuthMiddleware
 from duplex_gateway.auth.tokens import TokenSigner
 from duplex_gateway.config import load_settings
 from duplex_gateway.engine.echo import EchoEngine
+from duplex_gateway.server.app import create_app
 
 KEYS = [
     {

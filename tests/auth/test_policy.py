@@ -8,7 +8,7 @@ import pytest
 
 from duplex_gateway.auth.policy import Denial, Open, OriginPolicy, requirement
 from duplex_gateway.auth.principal import Scope
-from duplex_gateway.errors import ErrorCode
+from duplex_gateway.vocabulary.errors import ErrorCode
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import duplex_gateway.events as events_module
-from duplex_gateway.audio.format import AudioFormat, Encoding
-from duplex_gateway.commands import (
+import duplex_gateway.vocabulary.events as events_module
+from duplex_gateway.dialects import realtime, realtime_session
+from duplex_gateway.dialects.realtime import (
+    CLIENT_EVENT_TYPES,
+    RealtimeDialect,
+    parse_client_event,
+    render_server_event,
+)
+from duplex_gateway.dialects.realtime_session import parse_session_patch, session_payload
+from duplex_gateway.vocabulary.commands import (
     BargeIn,
     Command,
     ConversationItemCreate,
@@ -42,16 +49,8 @@ from duplex_gateway.commands import (
     SessionUpdate,
     TurnSignal,
 )
-from duplex_gateway.dialects import realtime, realtime_session
-from duplex_gateway.dialects.realtime import (
-    CLIENT_EVENT_TYPES,
-    RealtimeDialect,
-    parse_client_event,
-    render_server_event,
-)
-from duplex_gateway.dialects.realtime_session import parse_session_patch, session_payload
-from duplex_gateway.errors import ErrorCode, ProtocolError
-from duplex_gateway.events import (
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.events import (
     AudioDelta,
     AudioDone,
     ContentPartAdded,
@@ -100,7 +99,8 @@ from duplex_gateway.events import (
     TranscriptDone,
     TurnLatency,
 )
-from duplex_gateway.session_config import (
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
+from duplex_gateway.vocabulary.session_config import (
     UNSET,
     FunctionTool,
     InputTranscription,

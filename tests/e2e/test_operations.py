@@ -126,7 +126,7 @@ async def test_a_session_shows_in_metrics_and_in_one_json_summary_line(
     assert metric(samples, "duplex_gateway_draining") == 0
 
     (summary,) = await wait_for_log(gw, lambda r: r.get("event") == "session_summary")
-    assert summary["session_id"] == session_id and summary["logger"] == "duplex_gateway.connection"
+    assert summary["session_id"] == session_id and summary["logger"] == "duplex_gateway.host.connection"
     assert summary["turns"] == 1 and summary["replies"] == 1 and summary["barge_ins"] == 0
     assert summary["first_audio_ms"]["count"] == 1
     assert summary["first_audio_ms"]["median"] == pytest.approx(first_audio * 1000, abs=1)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from duplex_gateway.errors import OPENAI_MESSAGES, ErrorCode
+from duplex_gateway.vocabulary.errors import OPENAI_MESSAGES, ErrorCode
 from tests.e2e.helpers import (
     EventLog,
     Gateway,

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from duplex_gateway.resume import new_session_id, node_of
+from duplex_gateway.host.resumption import new_session_id, node_of
 from tests.e2e.helpers import (
     REPO,
     EventLog,

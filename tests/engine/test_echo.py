@@ -8,7 +8,7 @@ import pytest
 
 from duplex_gateway.engine import port
 from duplex_gateway.engine.echo import EchoEngine
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.vocabulary.session_config import SessionConfig
 
 RATE = 16_000
 

@@ -32,7 +32,7 @@ from duplex_gateway.engine.registry import build_engine
 from duplex_gateway.engine.remote import BackendKind, BackendSpec, RemoteEngine, RemoteSession
 from duplex_gateway.engine.remote.pool import BackendPool, realtime_url
 from duplex_gateway.engine.remote.protocol import BackendWire, detect_kind, session_object
-from duplex_gateway.session_config import FunctionTool, SessionConfig, ToolChoice, ToolChoiceMode
+from duplex_gateway.vocabulary.session_config import FunctionTool, SessionConfig, ToolChoice, ToolChoiceMode
 from tests.e2e.conftest import (  # noqa: F401 - fixtures, registered by import
     _no_traceback_in_gateway_logs,
 )

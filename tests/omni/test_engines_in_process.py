@@ -25,7 +25,7 @@ pytest.importorskip("vllm_omni", reason="the vLLM-Omni engines run in .venv-omni
 from duplex_gateway.engine import port
 from duplex_gateway.engine.vllm_omni import VllmOmniEngine
 from duplex_gateway.engine.vllm_omni_stream import VllmOmniStreamEngine
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.vocabulary.session_config import SessionConfig
 from tests.omni import fake_stage
 from tests.omni.conftest import read_calls
 

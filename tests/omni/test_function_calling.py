@@ -31,7 +31,7 @@ pytest.importorskip("vllm_omni", reason="the vLLM-Omni engines run in .venv-omni
 
 from duplex_gateway.engine import port
 from duplex_gateway.engine.vllm_omni import VllmOmniEngine
-from duplex_gateway.session_config import FunctionTool, SessionConfig
+from duplex_gateway.vocabulary.session_config import FunctionTool, SessionConfig
 from tests.e2e.helpers import EventLog, Gateway, GatewayFactory, b64, load_speech, send_json, ws_connect
 from tests.omni import fake_stage
 from tests.omni.conftest import (

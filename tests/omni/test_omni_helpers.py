@@ -247,7 +247,7 @@ def test_engines_refuse_sessions_before_start() -> None:
     import asyncio
 
     from duplex_gateway.engine import port
-    from duplex_gateway.session_config import SessionConfig
+    from duplex_gateway.vocabulary.session_config import SessionConfig
 
     async def scenario() -> None:
         for engine in (VllmOmniEngine(model="m"), VllmOmniStreamEngine(model="m")):

@@ -148,7 +148,7 @@ async def test_a_dropped_backend_socket_is_resumed_with_vllm_omnis_journal(backe
     """The engine driven directly: a socket that drops mid-reply is re-attached with session.resume."""
     from duplex_gateway.engine import port
     from duplex_gateway.engine.remote import BackendKind, BackendSpec, RemoteEngine, RemoteSession
-    from duplex_gateway.session_config import SessionConfig
+    from duplex_gateway.vocabulary.session_config import SessionConfig
 
     engine = RemoteEngine([BackendSpec(url=backends[1].url, max_sessions=CAP)], health_timeout_s=5)
     await engine.start()

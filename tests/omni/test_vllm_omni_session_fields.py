@@ -18,7 +18,7 @@ pytest.importorskip("vllm_omni", reason="the vLLM-Omni engines run in .venv-omni
 from duplex_gateway.dialects.realtime_session import parse_session_patch
 from duplex_gateway.engine import port
 from duplex_gateway.engine.vllm_omni import VllmOmniEngine, VllmOmniSession
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.vocabulary.session_config import SessionConfig
 from tests.omni import fake_stage
 from tests.omni.conftest import read_calls
 from tests.omni.test_engines_in_process import ONE_SECOND, REPO, Events, done_of, fake_env, running, send_turn

@@ -4,8 +4,8 @@ The parsers are the gateway's attack surface: the Realtime client event parser, 
 carrier's message parser (and the call dialect and carrier detection around them), the
 AudioSocket framing, and the credentials a request presents (keys, subprotocols, client
 secrets). For each, any input either parses or raises the one documented exception,
-:class:`~duplex_gateway.errors.ProtocolError` (``TokenError`` for client secrets), always
-with a code from :class:`~duplex_gateway.errors.ErrorCode`; nothing else escapes.
+:class:`~duplex_gateway.vocabulary.errors.ProtocolError` (``TokenError`` for client secrets), always
+with a code from :class:`~duplex_gateway.vocabulary.errors.ErrorCode`; nothing else escapes.
 
 Inputs are arbitrary JSON, text and bytes, and, more to the point, real messages of each
 protocol (the wire helpers of the telephony tests) with parts of them replaced, removed
@@ -30,9 +30,7 @@ from duplex_gateway.auth.keys import ApiKey, KeyStore, hash_key
 from duplex_gateway.auth.policy import Denial
 from duplex_gateway.auth.principal import Principal, Scope
 from duplex_gateway.auth.tokens import TokenError, TokenSigner
-from duplex_gateway.commands import Command
 from duplex_gateway.dialects.realtime import CLIENT_EVENT_TYPES, RealtimeDialect, parse_client_event
-from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.audiosocket import (
     KIND_AUDIO,
@@ -46,7 +44,9 @@ from duplex_gateway.telephony.audiosocket import (
 )
 from duplex_gateway.telephony.dialect import CallDialect
 from duplex_gateway.telephony.registry import CARRIERS, DetectingCarrier, carrier_for
-from duplex_gateway.transport import Frame
+from duplex_gateway.vocabulary.commands import Command
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.frames import Frame
 from tests.properties.settings import examples
 from tests.telephony.asterisk_wire import AsteriskWire
 from tests.telephony.exotel_wire import ExotelWire

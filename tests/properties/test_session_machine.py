@@ -26,13 +26,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from duplex_gateway import commands as cmd
-from duplex_gateway import events as ev
-from duplex_gateway.audio.format import AudioFormat, Encoding
-from duplex_gateway.audio_stage import OutputStage
+from duplex_gateway.audio.stage import OutputStage
 from duplex_gateway.dialects.realtime import render_server_event
 from duplex_gateway.engine import port
-from duplex_gateway.session import (
+from duplex_gateway.session.machine import (
     AckPlayback,
     CloseSession,
     CommitInput,
@@ -46,7 +43,10 @@ from duplex_gateway.session import (
     TruncateReply,
     UpdateEngine,
 )
-from duplex_gateway.session_config import (
+from duplex_gateway.vocabulary import commands as cmd
+from duplex_gateway.vocabulary import events as ev
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
+from duplex_gateway.vocabulary.session_config import (
     CLOSING_EVENT,
     LATENCY_EVENT,
     FunctionTool,
@@ -622,7 +622,7 @@ def test_any_interleaving_keeps_the_session_invariants(
     if end == "shut_down":
         h.run(h.session.shut_down(), [])
     elif end == "expire":
-        from duplex_gateway.errors import CloseCode
+        from duplex_gateway.vocabulary.errors import CloseCode
 
         h.run(h.session.expire("slow_consumer", CloseCode.SLOW_CONSUMER, "the client did not read"), [])
     if h.trace.closed:

@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from duplex_gateway.audio.format import AudioFormat, Encoding
-from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.carriers.asterisk import AsteriskCarrier, asterisk_format
 from duplex_gateway.telephony.playout import Playout
 from duplex_gateway.telephony.registry import DetectingCarrier, carrier_for
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 from tests.e2e.helpers import Gateway, GatewayFactory, encode, ws_connect
 from tests.fixtures import PHRASES
 from tests.fixtures import load_speech as load_fixture_speech

@@ -14,10 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from duplex_gateway.audio.format import AudioFormat, Encoding
 from duplex_gateway.cli import _parser
 from duplex_gateway.config import ConfigError, load_settings
-from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.audiosocket import (
     AUDIO_RATES,
@@ -34,7 +32,9 @@ from duplex_gateway.telephony.audiosocket import (
     encode_frame,
 )
 from duplex_gateway.telephony.playout import Playout
-from duplex_gateway.transport import Socket
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
+from duplex_gateway.vocabulary.frames import Socket
 from tests.e2e.helpers import Gateway, GatewayFactory, encode, free_port
 from tests.fixtures import load_speech as load_fixture_speech
 

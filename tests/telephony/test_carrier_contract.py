@@ -23,9 +23,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from starlette.testclient import TestClient
 
-from duplex_gateway.app import create_app
 from duplex_gateway.config import GatewaySettings, load_settings
 from duplex_gateway.engine.echo import EchoEngine
+from duplex_gateway.server.app import create_app
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.carriers.plivo import plivo_v3_signature
 from duplex_gateway.telephony.carriers.twilio import twilio_signature

@@ -13,9 +13,9 @@ import pytest
 import soxr
 
 from duplex_gateway.audio import codec
-from duplex_gateway.audio.format import Encoding
+from duplex_gateway.audio.vad import SileroVadStream
 from duplex_gateway.telephony.echo import EchoSuppressor
-from duplex_gateway.vad import SileroVadStream
+from duplex_gateway.vocabulary.formats import Encoding
 from tests.fixtures import PHRASES, load_speech
 
 RATE = 8_000

@@ -11,15 +11,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from duplex_gateway import events as ev
-from duplex_gateway.audio.format import AudioFormat, Encoding
-from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.carriers.exotel import ExotelCarrier
 from duplex_gateway.telephony.carriers.twilio import TwilioCarrier
 from duplex_gateway.telephony.carriers.vonage import VonageCarrier
 from duplex_gateway.telephony.dialect import CallDialect
 from duplex_gateway.telephony.registry import DetectingCarrier
+from duplex_gateway.vocabulary import events as ev
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 from tests.e2e.helpers import Gateway, GatewayFactory, encode, ws_connect
 from tests.fixtures import PHRASES, load_speech
 from tests.telephony import exotel_wire as wire

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from duplex_gateway.audio.format import AudioFormat, Encoding
 from duplex_gateway.telephony.carrier import Framing
 from duplex_gateway.telephony.playout import Heard, Playout, Truncation
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 
 ULAW = AudioFormat(encoding=Encoding.G711_ULAW, rate=8_000)
 PCM16 = AudioFormat(encoding=Encoding.PCM16, rate=8_000)

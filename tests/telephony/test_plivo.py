@@ -9,15 +9,15 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from duplex_gateway import commands as cmd
-from duplex_gateway.audio.format import AudioFormat, Encoding
-from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.carriers.plivo import PlivoCarrier, extra_headers
 from duplex_gateway.telephony.carriers.telnyx import TelnyxCarrier
 from duplex_gateway.telephony.carriers.twilio import TwilioCarrier
 from duplex_gateway.telephony.dialect import CallDialect
 from duplex_gateway.telephony.registry import DetectingCarrier
+from duplex_gateway.vocabulary import commands as cmd
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 from tests.e2e.helpers import Gateway, GatewayFactory, decode, encode
 from tests.fixtures import load_speech
 from tests.telephony.echo_calls import echo_call

@@ -11,15 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from duplex_gateway import commands as cmd
-from duplex_gateway.audio.format import AudioFormat, Encoding
-from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.carriers.plivo import PlivoCarrier
 from duplex_gateway.telephony.carriers.telnyx import REORDER_WINDOW, MediaReorder, TelnyxCarrier
 from duplex_gateway.telephony.carriers.twilio import TwilioCarrier
 from duplex_gateway.telephony.dialect import CallDialect
 from duplex_gateway.telephony.registry import DetectingCarrier
+from duplex_gateway.vocabulary import commands as cmd
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 from tests.e2e.helpers import Gateway, GatewayFactory, decode, encode
 from tests.fixtures import load_speech
 from tests.telephony.echo_calls import echo_call

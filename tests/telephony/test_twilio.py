@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from duplex_gateway import commands as cmd
-from duplex_gateway import events as ev
-from duplex_gateway.audio.format import AudioFormat, Encoding
-from duplex_gateway.errors import ErrorCode, ProtocolError
-from duplex_gateway.session_config import SessionConfig, TurnDetection
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.carriers.twilio import TwilioCarrier
 from duplex_gateway.telephony.dialect import CallDialect, CallProfile, CallSetup
 from duplex_gateway.telephony.registry import DetectingCarrier
+from duplex_gateway.vocabulary import commands as cmd
+from duplex_gateway.vocabulary import events as ev
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
+from duplex_gateway.vocabulary.session_config import SessionConfig, TurnDetection
 from tests.telephony.twilio_wire import CALL_SID, STREAM_SID, TwilioWire
 
 ULAW = AudioFormat(encoding=Encoding.G711_ULAW, rate=8_000)

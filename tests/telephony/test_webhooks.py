@@ -20,9 +20,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from starlette.testclient import TestClient
 from websockets.exceptions import InvalidStatus
 
-from duplex_gateway.app import create_app
 from duplex_gateway.config import ConfigError, load_settings
 from duplex_gateway.engine.echo import EchoEngine
+from duplex_gateway.server.app import create_app
 from duplex_gateway.telephony.carriers.plivo import plivo_v3_signature
 from duplex_gateway.telephony.carriers.twilio import twilio_body_hash, twilio_signature
 from duplex_gateway.telephony.webhooks import MAX_WEBHOOK_BODY_BYTES

@@ -26,7 +26,7 @@ from duplex_gateway.engine.embedded.conversation import Entry, FunctionCall, Fun
 from duplex_gateway.engine.embedded.responder import Responder
 from duplex_gateway.engine.embedded.tool_router import ToolCall, ToolRouter, reply_from_output
 from duplex_gateway.engine.embedded.tts import split_sentences
-from duplex_gateway.session_config import FunctionTool, ToolChoice, ToolChoiceMode
+from duplex_gateway.vocabulary.session_config import FunctionTool, ToolChoice, ToolChoiceMode
 
 __all__ = [
     "Brain",

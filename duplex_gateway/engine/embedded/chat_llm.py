@@ -28,7 +28,7 @@ from typing import Any, Final, Literal
 import httpx2
 
 from duplex_gateway.engine.embedded.tts import split_sentences
-from duplex_gateway.session_config import FunctionTool, ToolChoice
+from duplex_gateway.vocabulary.session_config import FunctionTool, ToolChoice
 
 __all__ = [
     "ChatClient",

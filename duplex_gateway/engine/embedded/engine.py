@@ -49,7 +49,7 @@ from duplex_gateway.engine.embedded.tool_router import ToolRouter
 from duplex_gateway.engine.embedded.tts import PiperSynthesizer, split_sentences, voice_sample_rate
 from duplex_gateway.engine.embedded.workers import Priority, PriorityWorkers
 from duplex_gateway.engine.event_queue import EngineEventQueue
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.vocabulary.session_config import SessionConfig
 
 __all__ = ["EmbeddedEngine", "EmbeddedModels", "EmbeddedSession"]
 

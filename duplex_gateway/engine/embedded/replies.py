@@ -31,7 +31,7 @@ from duplex_gateway.engine.embedded.conversation import (
 from duplex_gateway.engine.embedded.tts import quick_start
 from duplex_gateway.engine.embedded.workers import Priority
 from duplex_gateway.engine.event_queue import EngineEventQueue
-from duplex_gateway.session_config import Modality, SessionConfig
+from duplex_gateway.vocabulary.session_config import Modality, SessionConfig
 
 if TYPE_CHECKING:
     from duplex_gateway.engine.embedded.engine import EmbeddedEngine

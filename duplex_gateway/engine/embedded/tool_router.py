@@ -22,7 +22,7 @@ from typing import Final, TypeVar
 from urllib.parse import unquote
 
 from duplex_gateway.engine.embedded.responder import clean_transcript
-from duplex_gateway.session_config import FunctionTool, ToolChoice, ToolChoiceMode
+from duplex_gateway.vocabulary.session_config import FunctionTool, ToolChoice, ToolChoiceMode
 
 __all__ = ["ToolCall", "ToolRouter", "reply_from_output"]
 

@@ -21,8 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from duplex_gateway.audio import codec
-from duplex_gateway.audio.format import Encoding
 from duplex_gateway.audio.resample import StreamResampler
+from duplex_gateway.vocabulary.formats import Encoding
 
 __all__ = ["FORMATS", "ReplyAudio", "decode_audio", "is_pcm16", "ledger_ms_of"]
 

@@ -1,6 +1,6 @@
 """vLLM-Omni's session fields as its engines read them (the ``vllm-omni`` and ``remote`` engines).
 
-The gateway keeps these fields in :class:`~duplex_gateway.session_config.SessionConfig`
+The gateway keeps these fields in :class:`~duplex_gateway.vocabulary.session_config.SessionConfig`
 (validated where it has an opinion); here they become the keys of a vLLM-Omni
 ``session`` object. An update carries only what changed (:func:`changed_fields`):
 vLLM-Omni refuses some fields once a session has produced audio (``voice``) or
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from duplex_gateway.session_config import VLLM_OMNI_FIELDS, SessionConfig
+from duplex_gateway.vocabulary.session_config import VLLM_OMNI_FIELDS, SessionConfig
 
 __all__ = ["changed_fields", "omni_session_fields"]
 

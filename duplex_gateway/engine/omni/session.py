@@ -17,7 +17,7 @@ from typing import Any
 
 from duplex_gateway.engine.omni.fields import omni_session_fields
 from duplex_gateway.engine.omni.tools import session_tools
-from duplex_gateway.session_config import Modality, SessionConfig, SessionKind
+from duplex_gateway.vocabulary.session_config import Modality, SessionConfig, SessionKind
 
 __all__ = ["engine_answers", "engine_session", "output_modalities", "session_object"]
 

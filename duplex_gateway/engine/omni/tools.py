@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from duplex_gateway.engine import port
-from duplex_gateway.session_config import FunctionTool, SessionConfig, ToolChoice
+from duplex_gateway.vocabulary.session_config import FunctionTool, SessionConfig, ToolChoice
 
 __all__ = [
     "FunctionCalls",

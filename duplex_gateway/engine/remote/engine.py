@@ -27,7 +27,7 @@ from duplex_gateway.engine.remote.session import (
     SessionOptions,
     open_backend_session,
 )
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.vocabulary.session_config import SessionConfig
 
 if TYPE_CHECKING:
     from starlette.routing import Route

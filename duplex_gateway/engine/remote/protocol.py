@@ -70,7 +70,7 @@ from duplex_gateway.engine.omni.tools import (
     tool_object,
 )
 from duplex_gateway.engine.remote.input_gate import InputGate
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.vocabulary.session_config import SessionConfig
 
 __all__ = [
     "FULL_CODES",

@@ -41,7 +41,7 @@ from duplex_gateway.engine.remote.protocol import (
     error_fields,
 )
 from duplex_gateway.engine.updates import PendingUpdates
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.vocabulary.session_config import SessionConfig
 
 __all__ = ["BackendFull", "BackendRefused", "RemoteSession", "SessionOptions", "open_backend_session"]
 

@@ -21,11 +21,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from duplex_gateway.audio.format import MAX_RATE, AudioFormat, Encoding
-from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.control import CarrierSettings
-from duplex_gateway.transport import Frame
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.formats import MAX_RATE, AudioFormat, Encoding
+from duplex_gateway.vocabulary.frames import Frame
 
 __all__ = ["SPEC", "AsteriskCarrier", "asterisk_format"]
 

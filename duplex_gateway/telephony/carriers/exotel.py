@@ -15,11 +15,11 @@ import base64
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from duplex_gateway.audio.format import AudioFormat, Encoding
-from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.control import CarrierSettings
-from duplex_gateway.transport import Frame
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
+from duplex_gateway.vocabulary.frames import Frame
 
 __all__ = ["EXOTEL_RATES", "MAX_MEDIA_BYTES", "MEDIA_MULTIPLE", "MIN_MEDIA_BYTES", "SPEC", "ExotelCarrier"]
 

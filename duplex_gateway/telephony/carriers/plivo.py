@@ -30,8 +30,6 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import Field
 
-from duplex_gateway.audio.format import AudioFormat, Encoding
-from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.control import (
     NOT_CONFIGURED,
@@ -48,7 +46,9 @@ from duplex_gateway.telephony.control import (
     path_segment,
 )
 from duplex_gateway.telephony.signatures import Params, equal, multi
-from duplex_gateway.transport import Frame
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
+from duplex_gateway.vocabulary.frames import Frame
 
 __all__ = [
     "L16_RATES",

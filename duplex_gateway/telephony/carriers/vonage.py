@@ -28,8 +28,6 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from duplex_gateway.audio.format import AudioFormat, Encoding
-from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.control import (
     NOT_CONFIGURED,
@@ -44,7 +42,9 @@ from duplex_gateway.telephony.control import (
     path_segment,
     without_extra,
 )
-from duplex_gateway.transport import Frame
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
+from duplex_gateway.vocabulary.frames import Frame
 
 __all__ = ["FRAME_MS", "SPEC", "VONAGE_RATES", "VonageCarrier", "VonageSettings", "ncco", "vonage_jwt"]
 

@@ -20,7 +20,7 @@ import pytest
 
 from duplex_gateway.engine import port
 from duplex_gateway.engine.registry import SPECS
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.vocabulary.session_config import SessionConfig
 
 E = TypeVar("E", bound=port.EngineEvent)
 

@@ -13,7 +13,7 @@ import pytest
 
 from duplex_gateway.engine import port
 from duplex_gateway.engine.registry import SPECS
-from duplex_gateway.session_config import FunctionTool, SessionConfig, ToolChoice, ToolChoiceMode
+from duplex_gateway.vocabulary.session_config import FunctionTool, SessionConfig, ToolChoice, ToolChoiceMode
 from tests.engine.contract.harness import EngineCase, Events, opened, require, speak, started, turn
 
 __all__ = [

@@ -11,7 +11,6 @@ import soxr
 
 from duplex_gateway.audio.codec import encode
 from duplex_gateway.audio.convert import InputConverter
-from duplex_gateway.audio.format import AudioFormat, Encoding
 from duplex_gateway.engine.embedded.asr import (
     SAMPLE_RATE,
     FinalRecognizer,
@@ -22,6 +21,7 @@ from duplex_gateway.engine.embedded.asr import (
     whisper_model_path,
     with_noise_floor,
 )
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 from tests.fixtures import PHRASES, SPEECH_TEXT, load_speech
 from tests.wer import corpus_wer, wer
 

@@ -30,7 +30,7 @@ from duplex_gateway.engine.embedded.chat_llm import (
     sentences,
 )
 from duplex_gateway.engine.embedded.tts import split_sentences
-from duplex_gateway.session_config import FunctionTool, ToolChoice, ToolChoiceMode
+from duplex_gateway.vocabulary.session_config import FunctionTool, ToolChoice, ToolChoiceMode
 from tests.engine.embedded.chat_server import (
     MODEL_ID,
     ChatServer,

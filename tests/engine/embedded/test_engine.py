@@ -21,7 +21,7 @@ from duplex_gateway.config import load_settings
 from duplex_gateway.engine import port
 from duplex_gateway.engine.embedded import DIDNT_CATCH, EmbeddedEngine
 from duplex_gateway.engine.registry import build_engine
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.vocabulary.session_config import SessionConfig
 from tests.engine.embedded.conftest import to_pcm16
 from tests.fixtures import SPEECH_TEXT
 from tests.wer import wer
@@ -376,7 +376,7 @@ async def test_a_session_closed_mid_turn_gives_its_decoder_back(
 IDLE_RSS_SCRIPT = """
 import asyncio, json, sys
 from duplex_gateway.engine.embedded import EmbeddedEngine
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.vocabulary.session_config import SessionConfig
 
 def rss():
     with open("/proc/self/statm") as f:

@@ -17,7 +17,7 @@ from duplex_gateway.engine import port
 from duplex_gateway.engine.embedded import ChatSettings, EmbeddedEngine
 from duplex_gateway.engine.embedded.llm_brain import LlmBrain
 from duplex_gateway.engine.registry import build_engine
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.vocabulary.session_config import SessionConfig
 from tests.engine.embedded.chat_server import (
     MODEL_ID,
     ChatServer,

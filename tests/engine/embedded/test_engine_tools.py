@@ -10,7 +10,13 @@ from duplex_gateway.engine import port
 from duplex_gateway.engine.embedded import EmbeddedEngine, EmbeddedSession
 from duplex_gateway.engine.embedded.conversation import FunctionCall, FunctionOutput, Message, Spoken
 from duplex_gateway.engine.embedded.tool_router import ToolCall, reply_from_output
-from duplex_gateway.session_config import FunctionTool, Modality, SessionConfig, ToolChoice, ToolChoiceMode
+from duplex_gateway.vocabulary.session_config import (
+    FunctionTool,
+    Modality,
+    SessionConfig,
+    ToolChoice,
+    ToolChoiceMode,
+)
 from tests.engine.embedded.test_engine import audio_bytes, opened, read_until, reply_text
 
 WEATHER = FunctionTool(

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from duplex_gateway.engine.embedded.tool_router import ToolCall, ToolRouter, reply_from_output
-from duplex_gateway.session_config import FunctionTool, ToolChoice, ToolChoiceMode
+from duplex_gateway.vocabulary.session_config import FunctionTool, ToolChoice, ToolChoiceMode
 
 NOW = datetime(2025, 5, 6, 15, 7, tzinfo=UTC)  # a Tuesday afternoon
 

@@ -23,7 +23,7 @@ from agents.tool_context import ToolContext
 
 from duplex_gateway.dialects.realtime_tools import parse_tools
 from duplex_gateway.engine.embedded.tool_router import ToolCall, ToolRouter
-from duplex_gateway.session_config import FunctionTool, ToolChoice, ToolChoiceMode
+from duplex_gateway.vocabulary.session_config import FunctionTool, ToolChoice, ToolChoiceMode
 
 NOW = datetime(2025, 5, 6, 15, 7, tzinfo=UTC)  # a Tuesday afternoon
 

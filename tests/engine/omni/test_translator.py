@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from duplex_gateway.audio import codec
-from duplex_gateway.audio.format import Encoding
 from duplex_gateway.engine import port
 from duplex_gateway.engine.omni.audio import ReplyAudio, decode_audio
 from duplex_gateway.engine.omni.events import OmniReply, error_fields, late_report, reply_done, translate
 from duplex_gateway.engine.omni.fields import changed_fields
 from duplex_gateway.engine.omni.session import engine_session, session_object
 from duplex_gateway.engine.remote.protocol import BackendKind, BackendWire
-from duplex_gateway.session_config import SessionConfig
+from duplex_gateway.vocabulary.formats import Encoding
+from duplex_gateway.vocabulary.session_config import SessionConfig
 
 OUT_RATE = 24_000
 

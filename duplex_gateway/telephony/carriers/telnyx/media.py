@@ -19,10 +19,10 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from duplex_gateway.audio.format import AudioFormat, Encoding
-from duplex_gateway.errors import ErrorCode, ProtocolError
 from duplex_gateway.telephony import carrier as call
-from duplex_gateway.transport import Frame
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
+from duplex_gateway.vocabulary.frames import Frame
 
 __all__ = [
     "L16_RATES",

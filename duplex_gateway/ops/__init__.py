@@ -1,0 +1,1 @@
+"""Operating the gateway: metrics, logs, per-session numbers, recordings and their replay."""

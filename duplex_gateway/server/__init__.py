@@ -1,0 +1,1 @@
+"""The HTTP server: the ASGI application's routes, probes and the web demo, and uvicorn's limits."""

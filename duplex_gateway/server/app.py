@@ -1,0 +1,451 @@
+"""The ASGI application: WebSocket endpoints, health probes and the web demo."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+from starlette.websockets import WebSocket
+
+from duplex_gateway.audio.vad import SileroVad
+from duplex_gateway.auth import AuthMiddleware, Denial, Gate, Principal, auth_routes
+from duplex_gateway.config import GatewaySettings
+from duplex_gateway.dialects.realtime import RealtimeDialect
+from duplex_gateway.dialects.realtime_session import parse_session_patch, session_payload
+from duplex_gateway.engine import port
+from duplex_gateway.host.connection import Connection, SessionRegistry
+from duplex_gateway.host.resumption import ResumeRegistry, new_session_id
+from duplex_gateway.ops.metrics import CONTENT_TYPE, GatewayMetrics
+from duplex_gateway.ops.recording import Recordings
+from duplex_gateway.session.machine import Handshake
+from duplex_gateway.telephony.audiosocket import AudioSocketServer, start_audiosocket
+from duplex_gateway.telephony.carrier import Carrier
+from duplex_gateway.telephony.dialect import CallDialect, CallProfile, CallSetup
+from duplex_gateway.telephony.hangup import HangupOutcome, hang_up
+from duplex_gateway.telephony.registry import (
+    DetectingCarrier,
+    carrier_for,
+    require_extras,
+    signed_streams,
+    subprotocols,
+)
+from duplex_gateway.telephony.webhooks import signature_checks, webhook_routes
+from duplex_gateway.vocabulary.errors import CloseCode, ProtocolError
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
+from duplex_gateway.vocabulary.frames import Socket
+from duplex_gateway.vocabulary.session_config import (
+    InputTranscription,
+    SessionConfig,
+    SessionKind,
+    TurnDetection,
+)
+
+__all__ = ["create_app", "session_defaults"]
+
+logger = logging.getLogger(__name__)
+
+WEB_DEMO_DIR = Path(__file__).resolve().parents[1] / "web_demo"
+_BETA_PROTOCOL = "openai-beta.realtime-v1"
+
+
+def session_defaults(settings: GatewaySettings) -> SessionConfig:
+    """The configuration a session starts with, from the ``session:`` section."""
+    s = settings.session
+    turn = (
+        TurnDetection(
+            threshold=s.vad_threshold,
+            prefix_padding_ms=s.prefix_padding_ms,
+            silence_duration_ms=s.silence_duration_ms,
+        )
+        if s.turn_detection == "server_vad"
+        else None
+    )
+    return SessionConfig(
+        instructions=s.instructions,
+        voice=s.voice,
+        input_format=AudioFormat(encoding=Encoding(s.input_format), rate=s.input_rate),
+        output_format=AudioFormat(encoding=Encoding(s.output_format), rate=s.output_rate),
+        turn_detection=turn,
+    )
+
+
+class _Gateway:
+    """Shared state of the running gateway: one engine, the session count, the sessions parked for resume."""
+
+    def __init__(self, settings: GatewaySettings, engine: port.Engine) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.defaults = session_defaults(settings)
+        self.registry = SessionRegistry(settings.limits.max_sessions)
+        self.connections: set[Connection] = set()
+        self.resumes: ResumeRegistry[Connection] = ResumeRegistry(settings.server.node_id)
+        #: Set once shutdown has begun: /readyz answers 503 so a load balancer stops sending callers.
+        self.shutting_down = False
+        #: Every metric of this gateway (``GET /metrics``); the auth layer counts its refusals
+        #: with ``metrics.auth_refused(reason)``.
+        self.metrics = GatewayMetrics(engine.capabilities.name)
+        self.metrics.watch_engine_sessions(lambda: engine.active_sessions)
+        # Soak runs read it: a session that leaves a task behind shows as growth here.
+        self.metrics.watch_tasks(_live_tasks)
+        #: Which sessions are recorded, and where (``recording:``, ``auth.keys[].record``).
+        self.recordings = Recordings.from_settings(settings)
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        ready = self.engine.ready and not self.shutting_down
+        body = {
+            "status": "ready" if ready else ("shutting_down" if self.shutting_down else "not_ready"),
+            "node": self.settings.server.node_id,
+            "engine": self.engine.capabilities.name,
+            "sessions": self.registry.count,
+            "engine_sessions": self.engine.active_sessions,
+            "max_sessions": self.registry.max_sessions,
+        }
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    async def metrics_endpoint(self, request: Request) -> Response:
+        """``GET /metrics``: Prometheus text exposition of this gateway's registry."""
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+    async def realtime(self, websocket: WebSocket) -> None:
+        call_id = websocket.query_params.get("call_id")
+        if call_id is not None:
+            await self._observe(websocket, call_id)
+            return
+        # ?duplex=1 asks for the vLLM-Omni handshake; ?resume=1 means the first message may be
+        # session.resume, so session.created must wait for it.
+        wait = any(
+            websocket.query_params.get(key, "0").lower() in ("1", "true") for key in ("duplex", "resume")
+        )
+        await self._serve(websocket, Handshake.DUPLEX if wait else Handshake.REALTIME)
+
+    async def _observe(self, websocket: WebSocket, call_id: str) -> None:
+        """``/v1/realtime?call_id=...``: watch a live call (or any session, by its id), read-only."""
+        offered = [
+            p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
+        ]
+        watched = next((c for c in self.connections if call_id in (c.call_id, c.session_id)), None)
+        if watched is None:
+            await websocket.close(int(CloseCode.POLICY_VIOLATION), "no live call with that id")
+            return
+        await websocket.accept(subprotocol="realtime" if "realtime" in offered else None)
+        await watched.observe(websocket)
+
+    async def duplex(self, websocket: WebSocket) -> None:
+        await self._serve(websocket, Handshake.DUPLEX)
+
+    async def telephony(self, websocket: WebSocket) -> None:
+        """A carrier's media stream: ``/telephony/<carrier>``, or ``/telephony`` to recognize it."""
+        name = websocket.path_params.get("carrier")
+        # The auth layer has checked the carrier's signature on the upgrade (where it signs one) before this runs.
+        signed = signed_streams(self.settings.telephony)
+        carrier = DetectingCarrier(signed_only=signed) if name is None else carrier_for(name)
+        offered = [
+            p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
+        ]
+        if carrier is None:
+            await websocket.close(
+                int(CloseCode.POLICY_VIOLATION), f"no carrier named {name[:32]!r}" if name else None
+            )
+            return
+        # The subprotocol some carrier's stream asks for (chan_websocket's "media").
+        known = subprotocols()
+        await websocket.accept(subprotocol=next((p for p in offered if p in known), None))
+        await self.serve_call(websocket, carrier)
+
+    async def serve_call(self, socket: Socket, carrier: Carrier) -> None:
+        """One phone call's media stream, whatever carries it: a carrier's WebSocket, an AudioSocket connection."""
+        session_id = new_session_id(self.settings.server.node_id)
+        telephony = self.settings.telephony
+        setup = CallSetup(
+            lead_ms=telephony.lead_ms,
+            echo_suppression=telephony.echo_suppression,
+            profiles={
+                key: CallProfile(instructions=p.instructions, voice=p.voice)
+                for key, p in telephony.profiles.items()
+            },
+        )
+        dialect = CallDialect(carrier, setup)
+        connection = Connection(
+            socket,
+            session_id=session_id,
+            engine=self.engine,
+            settings=self.settings,
+            defaults=self.defaults,
+            registry=self.registry,
+            handshake=Handshake.DUPLEX,  # the carrier's start message opens the session
+            dialect=dialect,
+            resumes=None,  # a dropped call is over
+            metrics=self.metrics,
+            dialect_name="telephony",
+            recorder=self.recordings.start(
+                session_id,
+                principal=None,
+                engine=self.engine.capabilities,
+                dialect="telephony",
+                config=self.defaults,
+            ),
+        )
+        self.connections.add(connection)
+        try:
+            await connection.serve()
+        finally:
+            self.connections.discard(connection)
+        start = dialect.start
+        if start is not None and start.call_id and not dialect.ended and connection.closed_by_server:
+            # The gateway ended the call. Closing the stream ends most calls; the carrier's REST
+            # hang-up (with its credentials configured) ends the rest, e.g. TwiML after <Stream>.
+            result = await hang_up(start.carrier, start.call_id, self.settings)
+            quiet = (HangupOutcome.NOT_CONFIGURED, HangupOutcome.UNSUPPORTED)  # closing the stream ended it
+            level = logging.INFO if result.ok or result.outcome in quiet else logging.WARNING
+            logger.log(
+                level,
+                "call %s (%s): hang-up %s %s",
+                start.call_id,
+                start.carrier,
+                result.outcome,
+                result.detail or "",
+            )
+
+    async def hang_up_call(self, request: Request) -> Response:
+        """``POST /v1/realtime/calls/{call_id}/hangup`` (OpenAI's): end a live call."""
+        call_id = request.path_params["call_id"]
+        connection = next((c for c in self.connections if call_id in (c.call_id, c.session_id)), None)
+        if connection is None:
+            return JSONResponse({"error": {"code": "not_found", "message": "no live call with that id"}}, 404)
+        connection.end("hangup_requested")
+        return JSONResponse({}, 200)
+
+    async def _serve(self, websocket: WebSocket, handshake: Handshake) -> None:
+        offered = [
+            p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
+        ]
+        await websocket.accept(subprotocol="realtime" if "realtime" in offered else None)
+        beta = (
+            "realtime=v1" in websocket.headers.get("openai-beta", "")
+            or _BETA_PROTOCOL in offered
+            or websocket.query_params.get("beta", "0").lower() in ("1", "true")
+        )
+        session_id = new_session_id(self.settings.server.node_id)
+        defaults = self.defaults
+        if websocket.query_params.get("intent") == "transcription":
+            # OpenAI's way to open a transcription session: it starts as one, transcribing.
+            defaults = replace(
+                defaults, kind=SessionKind.TRANSCRIPTION, input_transcription=InputTranscription()
+            )
+        principal = websocket.scope.get("auth")
+        if isinstance(principal, Principal) and principal.session:
+            # A client secret carries the session its minter asked for: this session starts as that.
+            try:
+                defaults = _with_session(defaults, principal.session)
+            except ProtocolError as exc:  # checked when minted; a gateway of another version may differ
+                logger.warning("session %s: client secret's session not applied: %s", session_id, exc.message)
+        connection = Connection(
+            websocket,
+            session_id=session_id,
+            engine=self.engine,
+            settings=self.settings,
+            defaults=defaults,
+            registry=self.registry,
+            handshake=handshake,
+            dialect=RealtimeDialect(
+                session_id=session_id,
+                beta=beta,
+                duplex=handshake is Handshake.DUPLEX,
+                max_message_bytes=self.settings.limits.max_message_bytes,
+            ),
+            resumes=self.resumes,
+            metrics=self.metrics,
+            dialect_name="duplex" if handshake is Handshake.DUPLEX else "realtime",
+            recorder=self.recordings.start(
+                session_id,
+                principal=principal if isinstance(principal, Principal) else None,
+                engine=self.engine.capabilities,
+                dialect="duplex" if handshake is Handshake.DUPLEX else "realtime",
+                config=defaults,
+                endpoint=_endpoint(websocket, beta),
+            ),
+        )
+        self.connections.add(connection)
+        try:
+            await connection.serve()
+        finally:
+            self.connections.discard(connection)
+
+    async def close_all(self, timeout_s: float = 5.0) -> None:
+        """Tell every live session the gateway is going away and wait for them to close."""
+        self.begin_drain()
+        connections = list(self.connections) + self.resumes.parked()
+        if not connections:
+            return
+        logger.info("closing %d sessions for shutdown", len(connections))
+        await asyncio.gather(*(c.shut_down() for c in connections), return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.connections and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+
+    def stop_admitting(self) -> None:
+        """/readyz answers 503 and every new session is refused (1013) from now on.
+
+        Only sets flags (no lock, no log), so a signal handler may call it.
+        """
+        self.shutting_down = True
+        self.registry.draining = True
+
+    def begin_drain(self) -> None:
+        self.stop_admitting()
+        self.metrics.draining(True)
+
+    async def drain(self, grace_s: float, *, abandon: Callable[[], bool] = lambda: False) -> None:
+        """Drain for shutdown: warn live sessions, let them finish their reply for ``grace_s``, close the rest.
+
+        Sessions close (1001) as their reply in progress ends; detached ones at once, since
+        nobody would hear the warning. ``abandon`` (a second signal) cuts the grace short.
+        """
+        self.begin_drain()
+        loop = asyncio.get_running_loop()
+        hosts = self.registry.hosts()
+        admitted = {id(host) for host in hosts}
+        # Connections not (yet) a session: a duplex handshake before its session.update, a socket
+        # handed over to a resumed session. Nothing to finish: closed now.
+        others = [c for c in self.connections if id(c) not in admitted]
+        if hosts or others:
+            logger.info("draining %d sessions for shutdown (grace %g s)", len(hosts), grace_s)
+        parked = {id(c) for c in self.resumes.parked()}
+        for host in hosts:
+            host.drain(grace_s)
+        await asyncio.gather(
+            *(c.shut_down() for c in others),
+            *(h.shut_down() for h in hosts if id(h) in parked),
+            return_exceptions=True,
+        )
+        deadline = loop.time() + grace_s
+        while (self.registry.count or self.connections) and loop.time() < deadline and not abandon():
+            await asyncio.sleep(0.05)
+        left = {
+            id(c): c for c in [*self.registry.hosts(), *self.connections] if not c.session.closed
+        }.values()
+        if left:
+            logger.info("drain grace over: closing %d sessions", len(left))
+            await asyncio.gather(*(c.shut_down() for c in left), return_exceptions=True)
+        # Their closing frames and engine releases take a moment more (bounded by the send timeout).
+        deadline = loop.time() + self.settings.limits.send_timeout_s
+        while (self.registry.count or self.connections) and loop.time() < deadline and not abandon():
+            await asyncio.sleep(0.02)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        # Every session runs the VAD: loaded before the app serves, so /readyz is never ready without it.
+        await asyncio.to_thread(SileroVad.shared)
+        await self.engine.start()
+        logger.info("engine %s ready", self.engine.capabilities.name)
+        audiosocket: AudioSocketServer | None = None
+        try:
+            # Asterisk AudioSocket calls over TCP, when telephony.audiosocket_port is set.
+            audiosocket = await start_audiosocket(
+                self.serve_call, self.settings.server.host, self.settings.telephony.audiosocket_port
+            )
+            yield
+        finally:
+            if audiosocket is not None:
+                await audiosocket.close()
+            held = self.engine.active_sessions
+            await self.engine.shutdown()
+            # What an operator checks after a drain: every engine session released before the engine stopped.
+            logger.info(
+                "engine %s stopped; it held %d sessions at shutdown, %d now",
+                self.engine.capabilities.name,
+                held,
+                self.engine.active_sessions,
+                extra={
+                    "event": "engine_stopped",
+                    "engine_sessions_at_shutdown": held,
+                    "engine_sessions": self.engine.active_sessions,
+                    "sessions": self.registry.count,
+                },
+            )
+
+
+def _endpoint(websocket: WebSocket, beta: bool) -> dict[str, object]:
+    """Where a recorded session connected, for its replay: the path and the query, credentials left out."""
+    query = {
+        name: value
+        for name, value in websocket.query_params.items()
+        if not any(secret in name.lower() for secret in ("key", "token", "secret"))
+    }
+    return {"path": websocket.url.path, "query": query, "beta": beta}
+
+
+def _live_tasks() -> int:
+    """Tasks alive in the running loop (0 outside one: a scrape always runs inside it)."""
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:
+        return 0
+
+
+def _with_session(defaults: SessionConfig, session: Mapping[str, object]) -> SessionConfig:
+    """``defaults`` with a Realtime ``session`` object applied, as ``session.update`` would apply it."""
+    return defaults.apply(parse_session_patch(session))
+
+
+def create_app(settings: GatewaySettings, engine: port.Engine) -> Starlette:
+    """The gateway as an ASGI app serving ``engine``."""
+    # A configured carrier feature (a hang-up, a signature) whose extra is missing is refused now,
+    # not when a call ends.
+    require_extras(settings.telephony)
+    gateway = _Gateway(settings, engine)
+    # Authentication, origins and connection limits, decided before any handler runs (duplex_gateway.auth).
+    gate = Gate.from_settings(settings, signature_checks(settings))
+
+    def describe_session(session: Mapping[str, object]) -> Mapping[str, object]:
+        # What a client secret minted with ``session`` opens, checked now: a bad value fails the mint.
+        payload = session_payload(_with_session(gateway.defaults, session), session_id="", beta=False)
+        payload.pop("id", None)  # no session exists yet
+        return payload
+
+    def refused(denial: Denial) -> None:
+        gateway.metrics.auth_refused(denial.reason)
+
+    routes: list[Route | WebSocketRoute | Mount] = [
+        Route("/healthz", gateway.healthz),
+        Route("/readyz", gateway.readyz),
+        Route("/metrics", gateway.metrics_endpoint),
+        # The carriers' answer webhooks (/telephony/<carrier>/<path>), from the carriers' table.
+        *webhook_routes(settings),
+        Route("/v1/realtime/calls/{call_id}/hangup", gateway.hang_up_call, methods=["POST"]),
+        WebSocketRoute("/v1/realtime", gateway.realtime),
+        WebSocketRoute("/v1/duplex", gateway.duplex),
+        WebSocketRoute("/telephony", gateway.telephony),
+        WebSocketRoute("/telephony/{carrier}", gateway.telephony),
+        # POST /v1/realtime/client_secrets (OpenAI's ephemeral keys), GET /v1/auth/check.
+        *auth_routes(gate, describe_session),
+    ]
+    admin_routes = getattr(engine, "admin_routes", None)
+    if callable(admin_routes):
+        # Engines may serve admin endpoints (engine remote: /admin/backends); the auth layer asks
+        # for the admin scope there, so the routes carry no keys of their own.
+        routes.extend(admin_routes(()))
+    if settings.server.web_demo and WEB_DEMO_DIR.is_dir():
+        routes.append(Mount("/", app=StaticFiles(directory=WEB_DEMO_DIR, html=True), name="web_demo"))
+    app = Starlette(
+        routes=routes,
+        lifespan=gateway.lifespan,
+        middleware=[Middleware(AuthMiddleware, gate=gate, on_refused=refused)],
+    )
+    app.state.gateway = gateway
+    app.state.gate = gate
+    return app
