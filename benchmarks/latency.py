@@ -499,7 +499,7 @@ def measure_models(runs: int) -> list[ModelTiming]:
     from duplex_gateway.engine.embedded.asr import SAMPLE_RATE, FinalRecognizer, PartialRecognizerPool
     from duplex_gateway.engine.embedded.engine import default_workers
     from duplex_gateway.engine.embedded.tts import PiperSynthesizer, split_sentences
-    from duplex_gateway.vad import SileroVad
+    from duplex_gateway.audio.vad import SileroVad
 
     cores = default_workers()
     speech16 = load_speech(SAMPLE_RATE)

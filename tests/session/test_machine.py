@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from duplex_gateway.engine import port
+from duplex_gateway.session import machine as session_module
 from duplex_gateway.session.machine import (
     AcknowledgeEvents,
     AckPlayback,
@@ -28,7 +29,6 @@ from duplex_gateway.session.machine import (
     TruncateReply,
     UpdateEngine,
 )
-from duplex_gateway.session import machine as session_module
 from duplex_gateway.vocabulary import commands as cmd
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.errors import CloseCode, ErrorCode
