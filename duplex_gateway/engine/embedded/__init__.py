@@ -2,7 +2,9 @@
 
 * :mod:`.asr`: pocketsphinx streaming partials and Whisper tiny.en final transcripts.
 * :mod:`.tts`: Piper synthesis, sentence by sentence.
-* :mod:`.responder`: what the engine says back; :mod:`.tool_router`: which function a caller asks for.
+* :mod:`.responder`: what the engine says back; :mod:`.tool_router`: which function a caller asks for
+  (reading words by :mod:`.tool_words`, :mod:`.tool_utterance` and :mod:`.tool_schema`), and
+  :mod:`.tool_reply`: what the function's output says, spoken.
 * :mod:`.brain`: what decides a reply (offline by default); :mod:`.llm_brain` with :mod:`.chat_llm`:
   an optional language model behind any OpenAI-compatible endpoint.
 * :mod:`.conversation`: a session's history; :mod:`.replies`: its replies while they run.

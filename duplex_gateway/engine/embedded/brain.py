@@ -24,7 +24,9 @@ from typing import Final, Protocol
 
 from duplex_gateway.engine.embedded.conversation import Entry, FunctionCall, FunctionOutput, last_input
 from duplex_gateway.engine.embedded.responder import Responder
-from duplex_gateway.engine.embedded.tool_router import ToolCall, ToolRouter, reply_from_output
+from duplex_gateway.engine.embedded.tool_reply import reply_from_output
+from duplex_gateway.engine.embedded.tool_router import ToolRouter
+from duplex_gateway.engine.embedded.tool_schema import ToolCall
 from duplex_gateway.engine.embedded.tts import split_sentences
 from duplex_gateway.vocabulary.session_config import FunctionTool, ToolChoice, ToolChoiceMode
 
