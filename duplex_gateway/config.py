@@ -17,6 +17,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
+# Defined apart, so the spec modules below raise it without importing this module back.
+from duplex_gateway.config_error import ConfigError
+
 # Each engine's settings live with the engine, in its spec; imported here for the names this module always had.
 from duplex_gateway.engine.echo import EchoSettings
 from duplex_gateway.engine.embedded.spec import EmbeddedLlmSettings, EmbeddedSettings
@@ -332,10 +335,6 @@ class GatewaySettings(BaseSettings):
 
 
 _FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("duplex_gateway_config_file", default=None)
-
-
-class ConfigError(Exception):
-    """The configuration is invalid; the message names each bad key."""
 
 
 def load_settings(path: str | Path | None = None, **overrides: Any) -> GatewaySettings:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Final
 
-from duplex_gateway.config import ConfigError
+from duplex_gateway.config_error import ConfigError
 
 __all__ = ["EXTRAS", "MissingExtra", "missing_modules", "require"]
 

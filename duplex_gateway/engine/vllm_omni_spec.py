@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
+from duplex_gateway.config_error import ConfigError
 from duplex_gateway.engine.spec import EngineSpec, SettingsSection
 
 if TYPE_CHECKING:
@@ -55,9 +56,6 @@ def vllm_omni_installed() -> bool:
 
 def omni_settings(settings: GatewaySettings) -> VllmOmniSettings:
     """``engine.vllm_omni``, checked for what both engines need: a model (or a factory) and vLLM-Omni."""
-    # The configuration imports this module, so its error type is imported at build time.
-    from duplex_gateway.config import ConfigError
-
     omni = DUPLEX.settings_of(settings)
     name = settings.engine.name
     if not omni.model and not omni.omni_factory:

@@ -12,6 +12,7 @@ import importlib
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from duplex_gateway.extras import require
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.control import CarrierSettings
 from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
@@ -86,9 +87,6 @@ def require_extras(telephony: object) -> None:
 
     Checked at start: a hang-up runs when the gateway ends a call, too late to learn its extra is missing.
     """
-    # Imported here: the configuration loads this table while it is being built, and extras needs it.
-    from duplex_gateway.extras import require
-
     for found in specs():
         for need in found.needs(found.settings_of(telephony)):
             require("telephony", need.what, need.modules)

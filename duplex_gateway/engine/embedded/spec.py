@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from duplex_gateway.config_error import ConfigError
 from duplex_gateway.engine.spec import EngineSpec, SettingsSection
+from duplex_gateway.extras import require
 
 if TYPE_CHECKING:
     from duplex_gateway.config import GatewaySettings
@@ -72,7 +74,6 @@ class EmbeddedSettings(SettingsSection):
 
 def _chat(llm: EmbeddedLlmSettings) -> ChatSettings | None:
     """The engine's language model, if ``engine.embedded.llm.url`` names one."""
-    from duplex_gateway.config import ConfigError
     from duplex_gateway.engine.embedded.chat_llm import ChatSettings
 
     if llm.url is None:
@@ -96,10 +97,6 @@ def _chat(llm: EmbeddedLlmSettings) -> ChatSettings | None:
 
 
 def _build(settings: GatewaySettings) -> Engine:
-    # The configuration imports this module, so its own names are imported here, at build time.
-    from duplex_gateway.config import ConfigError
-    from duplex_gateway.extras import require
-
     # Before the engine's import: its package imports httpx2, and its start loads the speech models.
     require("embedded", "engine embedded (the CPU speech engine; engines echo and remote need no extra)")
     from duplex_gateway.engine.embedded import EmbeddedEngine, default_voice_paths, whisper_model_path

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from duplex_gateway.config_error import ConfigError
 from duplex_gateway.engine.spec import EngineSpec, SettingsSection
 
 if TYPE_CHECKING:
@@ -62,8 +63,6 @@ class RemoteSettings(SettingsSection):
 
 def _build(settings: GatewaySettings) -> Engine:
     """Engine ``remote``: a pool of vLLM-Omni servers (see ``engine.remote``)."""
-    # The configuration imports this module, so its error type is imported at build time.
-    from duplex_gateway.config import ConfigError
     from duplex_gateway.engine.remote import BackendSpec, RemoteEngine
 
     remote = SPEC.settings_of(settings)
