@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -24,20 +24,34 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from duplex_gateway.auth import AuthMiddleware, Gate, KeyStore, TokenSigner
+from duplex_gateway.engine.remote.pool import Backend
 
-if TYPE_CHECKING:
-    from duplex_gateway.engine.remote.engine import RemoteEngine
-
-__all__ = ["backend_routes"]
+__all__ = ["ManagedBackends", "backend_routes"]
 
 _MAX_BODY = 4096
+
+
+class ManagedBackends(Protocol):
+    """What the admin routes need of the engine (:class:`~.engine.RemoteEngine`): its backends, and drain."""
+
+    def snapshot(self) -> list[dict[str, object]]:
+        """The backends as ``GET /admin/backends`` shows them."""
+        ...
+
+    def drain(self, url: str) -> Backend:
+        """Place no new session on ``url``; ``KeyError`` if unknown."""
+        ...
+
+    def undrain(self, url: str) -> Backend:
+        """Place sessions on ``url`` again; ``KeyError`` if unknown."""
+        ...
 
 
 def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
-def backend_routes(engine: RemoteEngine, api_keys: Sequence[str] = ()) -> list[Route]:
+def backend_routes(engine: ManagedBackends, api_keys: Sequence[str] = ()) -> list[Route]:
     """The admin routes for ``engine``; with ``api_keys``, guarded by them (outside the gateway's app)."""
     middleware: list[Middleware] | None = None
     if api_keys:
@@ -48,7 +62,7 @@ def backend_routes(engine: RemoteEngine, api_keys: Sequence[str] = ()) -> list[R
     async def list_backends(request: Request) -> Response:
         return JSONResponse(engine.snapshot())
 
-    def change(action: Callable[[str], object]) -> Callable[[Request], Awaitable[Response]]:
+    def change(action: Callable[[str], Backend]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             body = await request.body()
             if len(body) > _MAX_BODY:
@@ -63,10 +77,10 @@ def backend_routes(engine: RemoteEngine, api_keys: Sequence[str] = ()) -> list[R
                     400, "missing_field", 'the body must name the backend: {"url": "ws://host:port"}'
                 )
             try:
-                action(url)
+                backend = action(url)
             except KeyError:
                 return _error(404, "unknown_backend", f"no backend {url}")
-            return JSONResponse(engine.pool.get(url).snapshot())
+            return JSONResponse(backend.snapshot())
 
         return endpoint
 
