@@ -15,11 +15,12 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final
+from typing import Final, ParamSpec, Protocol, TypeVar
 
 from duplex_gateway.engine import port
-from duplex_gateway.engine.embedded.brain import Call, CallDelta, End, ReplyRequest, Say, new_call_id
+from duplex_gateway.engine.embedded.brain import Brain, Call, CallDelta, End, ReplyRequest, Say, new_call_id
 from duplex_gateway.engine.embedded.conversation import (
     Entry,
     FunctionCall,
@@ -28,17 +29,17 @@ from duplex_gateway.engine.embedded.conversation import (
     from_context,
     settled,
 )
-from duplex_gateway.engine.embedded.tts import quick_start
+from duplex_gateway.engine.embedded.tts import PiperSynthesizer, quick_start
 from duplex_gateway.engine.embedded.workers import Priority
 from duplex_gateway.engine.event_queue import EngineEventQueue
 from duplex_gateway.vocabulary.session_config import Modality, SessionConfig
 
-if TYPE_CHECKING:
-    from duplex_gateway.engine.embedded.engine import EmbeddedEngine
-
-__all__ = ["Pacer", "ReplyRun", "SessionReplies"]
+__all__ = ["Pacer", "ReplyEngine", "ReplyRun", "SessionReplies"]
 
 logger = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 #: Out-of-band replies a session runs at once beside its conversation's (the gateway allows 4).
 MAX_SIDE_REPLIES: Final = 4
@@ -167,12 +168,61 @@ class _Stages:
         return (*self.up_to_reply(), ("speech", (self._clock() - replied) * 1000.0))
 
 
+class _Voices(Protocol):
+    @property
+    def voice(self) -> PiperSynthesizer: ...
+
+
+class ReplyEngine(Protocol):
+    """What a session's replies need of the engine (:class:`~.engine.EmbeddedEngine`)."""
+
+    @property
+    def brain(self) -> Brain:
+        """What decides each reply."""
+        ...
+
+    @property
+    def models(self) -> _Voices:
+        """The loaded models; the replies speak with the voice."""
+        ...
+
+    @property
+    def capabilities(self) -> port.EngineCapabilities:
+        """The engine's capabilities; the replies send audio at their output rate."""
+        ...
+
+    @property
+    def chunk_ms(self) -> int:
+        """Size of the reply audio chunks."""
+        ...
+
+    @property
+    def pace(self) -> float:
+        """Speed of the reply audio relative to real time; 0: as fast as it is synthesized."""
+        ...
+
+    @property
+    def lead_ms(self) -> int:
+        """How far a paced reply runs ahead of real time."""
+        ...
+
+    def now(self) -> datetime:
+        """The time the brain is told."""
+        ...
+
+    async def run(
+        self, priority: Priority, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        """Run ``fn`` on the engine's inference pool and wait."""
+        ...
+
+
 class SessionReplies:
     """The replies of one session, keyed by response id."""
 
     def __init__(
         self,
-        engine: EmbeddedEngine,
+        engine: ReplyEngine,
         session_id: str,
         events: EngineEventQueue,
         history: History,
