@@ -33,6 +33,7 @@ __all__ = [
     "DeleteItem",
     "EngineCall",
     "OpenEngine",
+    "Output",
     "ProcessInput",
     "ReportLatency",
     "SignalTurn",
@@ -239,3 +240,7 @@ class ReportLatency(EngineCall):
     #: From the end of the caller's speech to the first audio: ``latency.total_ms`` when
     #: the gateway's turn detection found that end, else None.
     speech_end_ms: float | None
+
+
+#: What one step of the session returns: events for the client, calls for the host and the engine.
+Output = ev.ServerEvent | EngineCall

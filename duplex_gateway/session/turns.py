@@ -1,0 +1,284 @@
+"""The caller's turn: the input since the last commit, the ring before speech, the detector, the idle timer.
+
+:class:`TurnTracker` is the one place inside the session that knows whether the
+caller is speaking (:attr:`TurnTracker.speaking`). It holds the caller's input
+until a turn is committed or cleared, keeps the audio just before speech onset
+so a turn starts at its prefix padding, runs the gateway's turn detector for
+engines that find no turns themselves, and keeps the ``idle_timeout_ms``
+deadline. What a turn leads to (a reply, a barge-in) the session decides.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+from duplex_gateway.audio.vad import TurnDetector, TurnEvent
+from duplex_gateway.session.engine_calls import AppendAudio
+from duplex_gateway.vocabulary import commands as cmd
+from duplex_gateway.vocabulary import events as ev
+from duplex_gateway.vocabulary.formats import AudioFormat
+from duplex_gateway.vocabulary.session_config import TurnDetection, TurnDetectionMode
+
+__all__ = ["PartialTranscripts", "TurnTracker", "chunk_format"]
+
+#: Audio kept before speech onset so the turn includes its prefix padding,
+#: plus room for the detector's confirmation delay.
+_RING_SLACK_MS = 400
+
+
+class TurnTracker:
+    """The caller's turn in progress, on the input clock (ms of caller audio since the session began)."""
+
+    def __init__(self, turn_detection: TurnDetection | None, *, engine_detects_turns: bool) -> None:
+        self._engine_detects_turns = engine_detects_turns
+        self._turn_detection = turn_detection
+        self._detector = self._make_detector()
+        # Caller input since the last commit/clear, in ms of audio.
+        self._buffered_ms = 0.0
+        #: Text pushed into the turn in progress (``input.text.append``): a commit has input.
+        self._buffered_text = False
+        self._input_ms = 0.0
+        self._speech_item_id: str | None = None
+        #: A turn the engine found the end of, waiting for the engine to commit it.
+        self._stopped_item_id: str | None = None
+        self._ring: deque[tuple[float, float, bytes]] = deque()
+        #: Camera frames waiting for audio to ride to the engine with (the audio they came with
+        #: is still in the resampler or the ring); the newest few only.
+        self._held_frames: tuple[str, ...] = ()
+        # turn_detection.idle_timeout_ms: when the caller's silence after a reply ends
+        # their turn for them, and where on the input clock that silence began.
+        self._idle_deadline: float | None = None
+        self._idle_from_ms = 0.0
+
+    def _make_detector(self) -> TurnDetector | None:
+        td = self._turn_detection
+        if td is None or self._engine_detects_turns:
+            return None
+        return TurnDetector(td)
+
+    def detect_with(self, turn_detection: TurnDetection | None) -> None:
+        """Find turns by ``turn_detection`` from now on (a fresh detector)."""
+        self._turn_detection = turn_detection
+        self._detector = self._make_detector()
+
+    # -- what the session asks -------------------------------------------------------------
+
+    @property
+    def speaking(self) -> bool:
+        """The caller is speaking: a turn has started and has not ended."""
+        return self._speech_item_id is not None
+
+    @property
+    def speech_item_id(self) -> str | None:
+        """The item the turn being spoken will be (None when the caller is not speaking)."""
+        return self._speech_item_id
+
+    @property
+    def stopped_item_id(self) -> str | None:
+        """The turn the engine found the end of and has not committed yet."""
+        return self._stopped_item_id
+
+    @property
+    def input_ms(self) -> float:
+        """The input clock: ms of caller audio since the session began."""
+        return self._input_ms
+
+    @property
+    def has_input(self) -> bool:
+        """There is input (audio or text) since the last commit or clear."""
+        return self._buffered_ms > 0.0 or self._buffered_text
+
+    # -- the caller's input ------------------------------------------------------------------
+
+    def text_appended(self) -> None:
+        """Text went into the turn in progress: committing it commits something."""
+        self._buffered_text = True
+
+    def take_audio(
+        self,
+        pcm: bytes,
+        duration_ms: float,
+        *,
+        is_speech: bool | None,
+        hints: Mapping[str, object] | None,
+        video_frames: Sequence[str],
+    ) -> list[AppendAudio]:
+        """Processed caller audio: what goes to the engine now (nothing while the ring holds it)."""
+        start_ms = self._input_ms
+        self._input_ms += duration_ms
+        if video_frames:
+            # The newest frames only: vLLM-Omni's models take at most two with one append.
+            self._held_frames = (*self._held_frames, *video_frames)[-2:]
+        if self._detector is not None and self._speech_item_id is None:
+            if pcm:
+                self._ring.append((start_ms, self._input_ms, pcm))
+            horizon = self._input_ms - self._ring_capacity_ms()
+            while self._ring and self._ring[0][1] < horizon:
+                self._ring.popleft()
+            return []
+        self._buffered_ms += duration_ms
+        return [self.append(pcm, is_speech=is_speech, hints=hints)] if pcm else []
+
+    def decisions(self, windows: Sequence[tuple[int, float]]) -> list[TurnEvent]:
+        """What the detector makes of these VAD windows (nothing where the gateway finds no turns)."""
+        if self._detector is None:
+            return []
+        return self._detector.feed_many(windows)
+
+    def append(
+        self, pcm: bytes, *, is_speech: bool | None = None, hints: Mapping[str, object] | None = None
+    ) -> AppendAudio:
+        """Audio for the engine, with the camera frames that waited for it."""
+        frames, self._held_frames = self._held_frames, ()
+        return AppendAudio(pcm=pcm, is_speech=is_speech, hints=hints or {}, video_frames=frames)
+
+    def _ring_capacity_ms(self) -> float:
+        td = self._turn_detection
+        return (td.prefix_padding_ms if td else 0) + _RING_SLACK_MS
+
+    def drop_input(self) -> None:
+        """The client cleared (or cancelled) the input: the turn in progress is gone."""
+        self._buffered_ms = 0.0
+        self._buffered_text = False
+        self._ring.clear()
+        self._held_frames = ()  # the pictures of the input dropped
+        self.end_speech()
+
+    # -- the turn's life ---------------------------------------------------------------------
+
+    def start_speech(self, item_id: str) -> None:
+        """The caller started speaking; the turn will be ``item_id``."""
+        self._idle_deadline = None
+        self._speech_item_id = item_id
+
+    def release_ring(self, audio_start_ms: int) -> list[AppendAudio]:
+        """The turn starts at its prefix padding: what the ring holds from there on, for the engine."""
+        appends: list[AppendAudio] = []
+        for chunk_start, chunk_end, pcm in self._ring:
+            if chunk_end > audio_start_ms:
+                self._buffered_ms += chunk_end - chunk_start
+                appends.append(self.append(pcm))
+        self._ring.clear()
+        return appends
+
+    def end_speech(self) -> None:
+        """The turn being spoken is over without a commit (cleared, reconfigured); the detector starts over."""
+        self._speech_item_id = None
+        if self._detector is not None:
+            self._detector.reset()
+
+    def take_speech_item(self) -> str | None:
+        """The turn being spoken is committed: its item id (None if it had not started)."""
+        item_id, self._speech_item_id = self._speech_item_id, None
+        return item_id
+
+    def stopped_by_engine(self) -> str | None:
+        """The engine found the end of the turn being spoken; it is committed when the engine says so."""
+        item_id = self._speech_item_id
+        if item_id is None:
+            return None
+        self._speech_item_id = None
+        self._stopped_item_id = item_id
+        return item_id
+
+    def committed_by_engine(self, item_id: str) -> None:
+        """The engine committed the caller's turn ``item_id``."""
+        if item_id == self._speech_item_id:
+            self.end_speech()
+        self._stopped_item_id = None
+
+    def take_turn(self) -> float:
+        """The turn is committed: the ms of audio it holds; the next turn starts empty."""
+        turn_ms, self._buffered_ms = self._buffered_ms, 0.0
+        self._buffered_text = False
+        return turn_ms
+
+    def detection_ms(self, audio_end_ms: int) -> float:
+        """How long after the end of the caller's speech the detector ended the turn.
+
+        ``audio_end_ms`` already counts the detector's silence (as OpenAI's does), so
+        the speech itself ended ``silence_duration_ms`` before it.
+        """
+        td = self._turn_detection
+        silence = td.silence_duration_ms if td is not None else 0
+        return max(0.0, self._input_ms - (audio_end_ms - silence))
+
+    # -- the idle timer ----------------------------------------------------------------------
+
+    @property
+    def idle_deadline(self) -> float | None:
+        """When the caller's silence ends their turn for them (the session's clock), or None."""
+        return self._idle_deadline
+
+    @property
+    def idle_from_ms(self) -> float:
+        """Where on the input clock the silence the idle timer counts began."""
+        return self._idle_from_ms
+
+    def cancel_idle(self) -> None:
+        """The conversation moved on: no idle timeout is pending."""
+        self._idle_deadline = None
+
+    def arm_idle(self, *, first_audio_at: float | None, audio_ms: float, now: float) -> None:
+        """A reply finished: the caller's silence counts from when it has finished playing."""
+        td = self._turn_detection
+        if td is None or td.idle_timeout_ms is None or td.mode is not TurnDetectionMode.SERVER_VAD:
+            return
+        # Not from when the engine finished making it: a reply made faster than real time is still playing.
+        started = first_audio_at if first_audio_at is not None else now
+        played_until = max(now, started + audio_ms / 1000.0)
+        self._idle_deadline = played_until + td.idle_timeout_ms / 1000.0
+        self._idle_from_ms = self._input_ms + (played_until - now) * 1000.0
+
+
+class PartialTranscripts:
+    """An engine's running hypotheses of the caller's words, as append-only deltas.
+
+    A recognizer revises its latest words as it hears more, but a delta cannot be
+    taken back: only words two hypotheses in a row agree on are sent, once each.
+    The final transcript (``...completed``) is the authority on what was said.
+    """
+
+    def __init__(self) -> None:
+        # Per caller item: (words already sent as deltas, the engine's last hypothesis).
+        self._partials: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+    def delta(self, item_id: str, hypothesis: str) -> list[ev.InputTranscriptionDelta]:
+        """The words of ``hypothesis`` newly agreed on, as a delta (nothing if none)."""
+        emitted, previous = self._partials.get(item_id, ((), ()))
+        words = tuple(hypothesis.split())
+        stable = tuple(
+            a
+            for a, _ in itertools.takewhile(
+                lambda pair: pair[0] == pair[1], zip(previous, words, strict=False)
+            )
+        )
+        new: tuple[str, ...] = ()
+        if len(stable) > len(emitted) and stable[: len(emitted)] == emitted:
+            new = stable[len(emitted) :]
+            emitted = stable
+        self._partials[item_id] = (emitted, words)
+        while len(self._partials) > 4:  # only the turn being spoken matters
+            self._partials.pop(next(iter(self._partials)))
+        if not new:
+            return []
+        delta = " ".join(new)
+        return [
+            ev.InputTranscriptionDelta(
+                item_id=item_id, delta=f" {delta}" if len(emitted) > len(new) else delta
+            )
+        ]
+
+
+def chunk_format(command: cmd.InputAudioAppend, session: AudioFormat) -> AudioFormat:
+    """The format of one chunk: what the client declared for it, ``session``'s for the rest."""
+    if command.encoding is None and command.rate is None:
+        return session
+    encoding = command.encoding or session.encoding
+    rate = command.rate
+    if rate is None:
+        # A telephone codec named without a rate is at its own 8 kHz, as vLLM-Omni reads it.
+        rate = 8_000 if encoding.is_g711 and not session.encoding.is_g711 else session.rate
+    return AudioFormat(encoding=encoding, rate=rate)
