@@ -58,9 +58,11 @@ def presented(headers: Mapping[str, str], query: Mapping[str, str]) -> list[Cred
         raw.append((rest.strip(), "bearer"))
     if api_key := headers.get("x-api-key", "").strip():
         raw.append((api_key, "x-api-key"))
-    for protocol in offered_subprotocols(headers):
-        if protocol.startswith(KEY_PROTOCOL_PREFIX) and len(protocol) > len(KEY_PROTOCOL_PREFIX):
-            raw.append((protocol[len(KEY_PROTOCOL_PREFIX) :], "subprotocol"))
+    raw.extend(
+        (protocol[len(KEY_PROTOCOL_PREFIX) :], "subprotocol")
+        for protocol in offered_subprotocols(headers)
+        if protocol.startswith(KEY_PROTOCOL_PREFIX) and len(protocol) > len(KEY_PROTOCOL_PREFIX)
+    )
     if api_key := query.get("api_key", ""):
         raw.append((api_key, "query"))
     out: list[Credential] = []

@@ -87,9 +87,11 @@ class KeyStore:
             for entry in auth.keys
         ]
         names, digests = {key.name for key in keys}, {key.digest for key in keys}
-        for key in cls.from_plaintext(auth.api_keys)._keys:
-            if key.name not in names and key.digest not in digests:
-                keys.append(key)
+        keys.extend(
+            key
+            for key in cls.from_plaintext(auth.api_keys)._keys
+            if key.name not in names and key.digest not in digests
+        )
         return cls(keys)
 
     @property

@@ -303,8 +303,11 @@ def parse_session_patch(session: Mapping[str, object], path: str = "session") ->
         patch["input_format"] = input_format
     output_format = _audio_format(
         [(aout, "format", out_path), (session, "output_audio_format", path)],
-        [(aout, "sample_rate_hz", out_path), (aout, "sample_rate", out_path)]
-        + [(session, "output_sample_rate_hz", path)],
+        [
+            (aout, "sample_rate_hz", out_path),
+            (aout, "sample_rate", out_path),
+            (session, "output_sample_rate_hz", path),
+        ],
     )
     if output_format is not None:
         patch["output_format"] = output_format

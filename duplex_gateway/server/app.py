@@ -294,7 +294,8 @@ class _Gateway:
         await asyncio.gather(*(c.shut_down() for c in connections), return_exceptions=True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while self.connections and loop.time() < deadline:
+        # Connections leave the set from their own tasks: polled against the deadline, with no event to wait on.
+        while self.connections and loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
 
     def stop_admitting(self) -> None:
@@ -333,7 +334,8 @@ class _Gateway:
             return_exceptions=True,
         )
         deadline = loop.time() + grace_s
-        while (self.registry.count or self.connections) and loop.time() < deadline and not abandon():
+        # Polled: sessions end in their own tasks, and `abandon` (a signal) sets no event either.
+        while (self.registry.count or self.connections) and loop.time() < deadline and not abandon():  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         left = {
             id(c): c for c in [*self.registry.hosts(), *self.connections] if not c.session.closed
@@ -343,7 +345,7 @@ class _Gateway:
             await asyncio.gather(*(c.shut_down() for c in left), return_exceptions=True)
         # Their closing frames and engine releases take a moment more (bounded by the send timeout).
         deadline = loop.time() + self.settings.limits.send_timeout_s
-        while (self.registry.count or self.connections) and loop.time() < deadline and not abandon():
+        while (self.registry.count or self.connections) and loop.time() < deadline and not abandon():  # noqa: ASYNC110
             await asyncio.sleep(0.02)
 
     @contextlib.asynccontextmanager

@@ -84,10 +84,7 @@ def test_g711_every_code_survives_decode_encode(encoding: Encoding) -> None:
     # same code back (except μ-law's two zeros, 0x7F and 0xFF, which both mean 0).
     codes = bytes(range(256))
     back = encode(decode(codes, encoding), encoding)
-    if encoding is Encoding.G711_ULAW:
-        expected = bytes(0xFF if c == 0x7F else c for c in codes)
-    else:
-        expected = codes
+    expected = bytes(0xFF if c == 0x7F else c for c in codes) if encoding is Encoding.G711_ULAW else codes
     assert back == expected
 
 

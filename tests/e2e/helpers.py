@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -132,11 +132,13 @@ class Gateway:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired as timeout:
                 self.proc.kill()
                 self.proc.wait(5)
                 self.exit_code = self.proc.returncode
-                raise AssertionError(f"gateway {self.name} ignored SIGTERM for {STOP_TIMEOUT_S} s; killed")
+                raise AssertionError(
+                    f"gateway {self.name} ignored SIGTERM for {STOP_TIMEOUT_S} s; killed"
+                ) from timeout
         self.exit_code = self.proc.returncode
         return self.exit_code
 
@@ -570,5 +572,4 @@ async def send_json(ws: Any, event: dict[str, Any]) -> None:
 async def wait_closed(ws: Any, timeout: float = 5.0) -> int | None:
     """Wait for the server to close ``ws``; the close code it sent."""
     await asyncio.wait_for(ws.wait_closed(), timeout)
-    rcvd = getattr(ws, "close_code", None)
-    return rcvd  # type: ignore[no-any-return]
+    return cast("int | None", getattr(ws, "close_code", None))

@@ -147,9 +147,11 @@ def test_bad_config_exits_non_zero_and_names_the_key(tmp_path: Path) -> None:
         stderr = err.decode(errors="replace")
         if proc.returncode == 0:
             failures.append(f"{name}: exit code 0")
-        for needle in BAD_CONFIGS[name][1]:
-            if needle not in stderr:
-                failures.append(f"{name}: stderr does not name {needle!r}: {stderr[-500:]!r}")
+        failures.extend(
+            f"{name}: stderr does not name {needle!r}: {stderr[-500:]!r}"
+            for needle in BAD_CONFIGS[name][1]
+            if needle not in stderr
+        )
         if "Traceback" in stderr:
             failures.append(f"{name}: a traceback instead of a message: {stderr[-1500:]}")
     assert not failures, "\n".join(failures)

@@ -67,7 +67,7 @@ def create_app() -> Any:
         dead = omni is None or bool(getattr(omni, "errored", False))
         return JSONResponse({"status": "dead" if dead else "ok"}, status_code=503 if dead else 200)
 
-    app = Starlette(
+    return Starlette(
         routes=[
             WebSocketRoute("/v1/realtime", realtime),
             WebSocketRoute("/v1/duplex", realtime),
@@ -75,7 +75,6 @@ def create_app() -> Any:
         ],
         lifespan=lifespan,
     )
-    return app
 
 
 def main() -> None:

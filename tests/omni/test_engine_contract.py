@@ -23,7 +23,7 @@ from duplex_gateway.engine.vllm_omni_stream import VllmOmniStreamEngine
 from tests.engine.contract.harness import EngineCase
 
 # The promises (its __all__), collected as this module's tests.
-from tests.engine.contract.promises import *
+from tests.engine.contract.promises import *  # noqa: F403
 from tests.omni import fake_stage
 from tests.omni.conftest import Backend, start_backend, stop_backends, wait_healthy
 

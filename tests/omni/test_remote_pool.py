@@ -161,7 +161,7 @@ async def test_a_dropped_backend_socket_is_resumed_with_vllm_omnis_journal(backe
 
         async def read() -> None:
             async for event in session.events():
-                events.append(event)
+                events.append(event)  # noqa: PERF401 - read by `until` while the stream runs
 
         reader = asyncio.create_task(read())
 

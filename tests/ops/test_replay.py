@@ -141,7 +141,7 @@ def test_runs_with_other_ids_and_timings_compare_equal() -> None:
 
 def test_a_different_run_is_a_readable_diff() -> None:
     then = session(reply("aaaaaaaa", 0.0, 2))
-    events = reply("bbbbbbbb", 0.0, 0)[:2] + [server(0.3, "error", code="engine_error", message="x")]
+    events = [*reply("bbbbbbbb", 0.0, 0)[:2], server(0.3, "error", code="engine_error", message="x")]
     result = rp.compare(then, session(events, reason="engine_error"), engine="echo")
     assert not result.equal
     text = result.report()

@@ -525,7 +525,7 @@ def test_the_gate_decides_any_handshake(headers: dict[str, str], query: str, pat
         presented_secrets = {
             c.secret
             for c in presented(
-                {k: v for k, v in headers.items()},
+                dict(headers),
                 dict(p.split("=", 1) for p in query.split("&") if "=" in p),
             )
         }

@@ -350,8 +350,13 @@ def _maybe(draw: st.DrawFn, value: st.SearchStrategy[Any]) -> Any:
 
 def draw_command(draw: st.DrawFn, h: Harness) -> cmd.Command:
     trace = h.trace
-    items = lambda: _known(draw, trace.item_ids, _ids)
-    responses = lambda: _known(draw, trace.response_ids, _ids)
+
+    def items() -> str:
+        return _known(draw, trace.item_ids, _ids)
+
+    def responses() -> str:
+        return _known(draw, trace.response_ids, _ids)
+
     fmt = h.session.config.input_format
     kind = draw(
         st.sampled_from(

@@ -139,14 +139,15 @@ def _mint(gw: Gateway, key: str) -> str:
 
 
 def credentials(gw: Gateway) -> list[Credential]:
-    rows: list[Credential] = []
-    for name, (key, scopes) in KEYS.items():
-        for way in WAYS:
-            rows.append(Credential(f"key {name} by {way}", key, way, scopes))
-    for way in ("bearer", "subprotocol"):
-        rows.append(
-            Credential(f"client secret by {way}", _mint(gw, "sk-all"), way, SECRET_SCOPES, is_secret=True)
-        )
+    rows = [
+        Credential(f"key {name} by {way}", key, way, scopes)
+        for name, (key, scopes) in KEYS.items()
+        for way in WAYS
+    ]
+    rows.extend(
+        Credential(f"client secret by {way}", _mint(gw, "sk-all"), way, SECRET_SCOPES, is_secret=True)
+        for way in ("bearer", "subprotocol")
+    )
     signer = TokenSigner(SECRET.encode())
     expired, _ = signer.mint(key_name="all", scopes=SECRET_SCOPES, now=time.time() - 3600, ttl_s=600)
     genuine = _mint(gw, "sk-all")

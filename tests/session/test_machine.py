@@ -1166,7 +1166,7 @@ def test_a_turn_the_engine_ended_becomes_the_callers_item() -> None:
     # Its transcript, named by the engine, lands on the caller's item.
     s = native(replace(VAD, input_transcription=InputTranscription()), ENGINE_VAD)
     s.engine_event(port.EngineSpeechStarted(audio_start_ms=0, item_id="e1"))
-    (speech,) = [o for o in s.engine_event(port.EngineSpeechStopped(audio_end_ms=900, item_id="e1"))]
+    (speech,) = s.engine_event(port.EngineSpeechStopped(audio_end_ms=900, item_id="e1"))
     s.engine_event(port.EngineTurnCommitted(item_id="e1"))
     start_response(s, "resp_e")  # the reply starts before the transcript arrives
     out = s.engine_event(port.EngineInputTranscript(item_id="e1", text="hi there", final=True))

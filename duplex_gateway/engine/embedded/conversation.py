@@ -306,7 +306,7 @@ def from_context(items: Iterable[port.ContextItem]) -> tuple[Entry, ...]:
 def last_input(entries: Sequence[Entry]) -> Message | FunctionOutput | None:
     """What a reply answers: the latest user message (a caller turn or a typed one) or function output."""
     for entry in reversed(entries):
-        if isinstance(entry, FunctionOutput) or isinstance(entry, Message) and entry.role == "user":
+        if isinstance(entry, FunctionOutput) or (isinstance(entry, Message) and entry.role == "user"):
             return entry
     return None
 

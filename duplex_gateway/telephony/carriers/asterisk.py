@@ -66,7 +66,7 @@ def asterisk_format(name: str) -> AudioFormat:
     raise ProtocolError(
         ErrorCode.UNSUPPORTED_AUDIO_FORMAT,
         f"Asterisk format {name[:32]!r} is not supported: dial with c(ulaw), c(alaw) or c(slin16)"
-        + " (signed linear up to 48 kHz)",
+        " (signed linear up to 48 kHz)",
     )
 
 

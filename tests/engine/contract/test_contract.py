@@ -19,7 +19,7 @@ from duplex_gateway.engine.echo import EchoEngine
 from tests.engine.contract.harness import EngineCase
 
 # The promises (its __all__), collected as this module's tests.
-from tests.engine.contract.promises import *
+from tests.engine.contract.promises import *  # noqa: F403
 from tests.fixtures import load_speech
 
 
