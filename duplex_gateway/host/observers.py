@@ -8,12 +8,14 @@ It cannot steer the call: whatever it sends is answered with an error.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 from duplex_gateway.dialects.realtime import RealtimeDialect
+from duplex_gateway.host.closing import FAILURES, Failure
 from duplex_gateway.host.transport import Attachment, Close
 from duplex_gateway.vocabulary import events as ev
-from duplex_gateway.vocabulary.errors import CloseCode, ErrorCode
+from duplex_gateway.vocabulary.errors import ErrorCode
 from duplex_gateway.vocabulary.frames import Socket
 
 __all__ = ["Observers"]
@@ -36,6 +38,24 @@ class Observers:
 
     def __len__(self) -> int:
         return len(self._watching)
+
+    async def serve(self, socket: Socket, greeting: ev.ServerEvent, ended: asyncio.Event) -> None:
+        """Serve ``socket`` as an observer, ``greeting`` first, until its client leaves or ``ended`` is set."""
+        attachment = self.attach(socket, greeting)
+        if attachment is None:
+            refused = FAILURES[Failure.TOO_MANY_OBSERVERS]
+            assert refused.close is not None
+            with contextlib.suppress(Exception):
+                await socket.close(int(refused.close), refused.reason)
+            return
+        try:
+            while not ended.is_set():
+                message = await socket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                self.refuse(attachment, str(message.get("text") or "a binary frame"))
+        finally:
+            await self.finish(attachment, "observer_left" if not ended.is_set() else "call_ended")
 
     def attach(self, socket: Socket, greeting: ev.ServerEvent) -> Attachment | None:
         """Start sending the session's events to ``socket``, ``greeting`` first (None: too many observers)."""
@@ -86,10 +106,16 @@ class Observers:
         """Let one observer go (its client left, or the call is over)."""
         self.detach(attachment)
         with contextlib.suppress(Exception):
-            await attachment.finish(Close(CloseCode.NORMAL, reason), self._timeout_s)
+            await attachment.finish(_done(reason), self._timeout_s)
 
     def close_all(self, reason: str) -> None:
         """The session is over: every observer's socket is closed once its events are out."""
         for attachment in list(self._watching):
-            attachment.close_after(Close(CloseCode.NORMAL, reason))
+            attachment.close_after(_done(reason))
         self._watching.clear()
+
+
+def _done(reason: str) -> Close:
+    code = FAILURES[Failure.OBSERVER_DONE].close
+    assert code is not None
+    return Close(code, reason)
