@@ -1,0 +1,40 @@
+"""Typed access to what the code under test hands back, for tests that know more than its type says.
+
+A session's outputs are ``list[Output]`` (every server event and engine call), an engine's
+events ``EngineEvent``, an opened engine session ``EngineSession``; a test knows which one it
+holds at a given place. These helpers say so to the type checker and check it at run time,
+in place of a ``# type: ignore`` on the line that reads the value::
+
+    assert narrow(out[0], ev.ErrorEvent).code is ErrorCode.INVALID_VALUE
+    (done,) = only(out, ev.ResponseDone)
+
+They change how a value is reached, never what a test compares it with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TypeVar
+
+__all__ = ["first", "narrow", "only"]
+
+T = TypeVar("T")
+
+
+def narrow(value: object, kind: type[T]) -> T:
+    """``value``, checked to be a ``kind`` (the test fails, naming both, where it is not)."""
+    assert isinstance(value, kind), f"expected a {kind.__name__}, got {value!r}"
+    return value
+
+
+def only(outputs: Iterable[object], kind: type[T]) -> list[T]:
+    """The items of ``outputs`` that are a ``kind``, in their order."""
+    return [o for o in outputs if isinstance(o, kind)]
+
+
+def first(outputs: Iterable[object], kind: type[T]) -> T:
+    """The first item of ``outputs`` that is a ``kind`` (the test fails where there is none)."""
+    items = list(outputs)
+    found = only(items, kind)
+    assert found, f"no {kind.__name__} among {items!r}"
+    return found[0]
