@@ -19,7 +19,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from duplex_gateway.auth.gate import Gate, client_address, route_path
 from duplex_gateway.auth.policy import AUTH_CHECK_PATH, Denial
-from duplex_gateway.vocabulary.errors import CloseCode, ErrorCode
+from duplex_gateway.host.closing import Failure, close_code
+from duplex_gateway.vocabulary.errors import ErrorCode
 
 __all__ = ["AuthMiddleware"]
 
@@ -135,7 +136,7 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, denial: Denial) ->
             await send(
                 {
                     "type": "websocket.close",
-                    "code": int(CloseCode.POLICY_VIOLATION),
+                    "code": close_code(Failure.KEY_REFUSED),
                     "reason": denial.code.value,
                 }
             )

@@ -31,6 +31,7 @@ __all__ = [
     "FAILURES",
     "Failure",
     "Verdict",
+    "close_code",
     "engine_call_failure",
     "engine_open_failure",
     "protocol_failure",
@@ -112,6 +113,15 @@ FAILURES: Mapping[Failure, Verdict] = MappingProxyType(
         Failure.OBSERVER_DONE: Verdict(None, CloseCode.NORMAL, None),
     }
 )
+
+
+def close_code(failure: Failure) -> int:
+    """The WebSocket close code ``failure`` ends a socket with (for one it does not end: a bug)."""
+    code = FAILURES[failure].close
+    if code is None:
+        raise ValueError(f"{failure} does not close the socket")
+    return int(code)
+
 
 #: What an engine's ``open_session`` may raise that is not a bug, and the failure each is (first match).
 ENGINE_OPEN_FAILURES: Mapping[type[Exception], Failure] = MappingProxyType(

@@ -23,6 +23,7 @@ from duplex_gateway.config import GatewaySettings
 from duplex_gateway.dialects.realtime import RealtimeDialect
 from duplex_gateway.dialects.realtime_session import parse_session_patch, session_payload
 from duplex_gateway.engine import port
+from duplex_gateway.host.closing import FAILURES, Failure, close_code
 from duplex_gateway.host.connection import Connection, SessionRegistry
 from duplex_gateway.host.resumption import ResumeRegistry, new_session_id
 from duplex_gateway.ops.metrics import CONTENT_TYPE, GatewayMetrics
@@ -40,7 +41,7 @@ from duplex_gateway.telephony.registry import (
     subprotocols,
 )
 from duplex_gateway.telephony.webhooks import signature_checks, webhook_routes
-from duplex_gateway.vocabulary.errors import CloseCode, ProtocolError
+from duplex_gateway.vocabulary.errors import ProtocolError
 from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 from duplex_gateway.vocabulary.frames import Socket
 from duplex_gateway.vocabulary.session_config import (
@@ -138,7 +139,7 @@ class _Gateway:
         ]
         watched = next((c for c in self.connections if call_id in (c.call_id, c.session_id)), None)
         if watched is None:
-            await websocket.close(int(CloseCode.POLICY_VIOLATION), "no live call with that id")
+            await websocket.close(close_code(Failure.NO_SUCH_CALL), FAILURES[Failure.NO_SUCH_CALL].reason)
             return
         await websocket.accept(subprotocol="realtime" if "realtime" in offered else None)
         await watched.observe(websocket)
@@ -157,7 +158,7 @@ class _Gateway:
         ]
         if carrier is None:
             await websocket.close(
-                int(CloseCode.POLICY_VIOLATION), f"no carrier named {name[:32]!r}" if name else None
+                close_code(Failure.NO_SUCH_CARRIER), f"no carrier named {name[:32]!r}" if name else None
             )
             return
         # The subprotocol some carrier's stream asks for (chan_websocket's "media").

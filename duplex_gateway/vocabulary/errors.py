@@ -1,8 +1,9 @@
 """Error codes and WebSocket close codes: the gateway's whole failure vocabulary.
 
 Every problem a client can cause is named here once. A :class:`ProtocolError`
-raised anywhere in the sans-I/O core becomes one ``error`` event (the session
-survives) or, when ``close_code`` is set, a close with that documented code.
+raised anywhere in the sans-I/O core becomes one ``error`` event; which of them
+also close the socket, and with which code, the host's one failure table says
+(``duplex_gateway.host.closing``).
 """
 
 from __future__ import annotations
@@ -123,10 +124,7 @@ class CloseCode(enum.IntEnum):
 
 
 class ProtocolError(Exception):
-    """Something the client sent that the gateway cannot act on.
-
-    ``close_code`` is ``None`` for errors the session survives.
-    """
+    """Something the client sent that the gateway cannot act on."""
 
     def __init__(
         self,
@@ -135,19 +133,15 @@ class ProtocolError(Exception):
         *,
         event_id: str | None = None,
         param: str | None = None,
-        close_code: CloseCode | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.event_id = event_id
         self.param = param
-        self.close_code = close_code
 
     def with_event_id(self, event_id: str | None) -> ProtocolError:
         """The same error, attributed to the client event that caused it."""
         if event_id is None or self.event_id is not None:
             return self
-        return ProtocolError(
-            self.code, self.message, event_id=event_id, param=self.param, close_code=self.close_code
-        )
+        return ProtocolError(self.code, self.message, event_id=event_id, param=self.param)
