@@ -1,0 +1,278 @@
+"""Live API client events -> the gateway's commands, one parser per event type (:data:`PARSERS`).
+
+Every parser reads its event strictly (the Live API refuses unknown fields) and may read and note
+things in the connection's :class:`LiveState`: the startup configuration, the delegations the
+client may answer, the context appends waiting for their acknowledgement. Pure: no I/O, no clock;
+the session timeline is the caller's audio received, which a Live client streams without pause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from duplex_gateway.dialects.live_errors import (
+    DELEGATION_MODE_MISMATCH,
+    FUNCTION_CALL_OUTPUTS_REQUIRED,
+    INVALID_VALUE,
+    NOT_SUPPORTED,
+    SESSION_ALREADY_STARTED,
+    SESSION_NOT_STARTED,
+    bad_value,
+    check_fields,
+    decode_base64,
+    missing,
+    read_object,
+    read_str,
+    refuse,
+    wrong_type,
+)
+from duplex_gateway.dialects.live_session import Delegation, LiveSetup, parse_start, parse_update
+from duplex_gateway.vocabulary.commands import (
+    Command,
+    ConversationItemCreate,
+    InputAudioAppend,
+    ResponseCreate,
+    SessionClose,
+    SessionUpdate,
+)
+
+__all__ = ["CONTEXT_CHANNELS", "PARSERS", "ContextAppend", "LiveState"]
+
+#: The three context-append channels, by client event type.
+CONTEXT_CHANNELS: Mapping[str, str] = {
+    "session.instructions.append": "instructions",
+    "session.thinking.append": "thinking",
+    "session.commentary.append": "commentary",
+}
+#: Live client events the gateway's vocabulary has nothing for yet: refused, saying so.
+_GAPS: Mapping[str, str] = {
+    "session.input_audio.mute": "muting the caller's audio",
+    "session.input_audio.unmute": "unmuting the caller's audio",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextAppend:
+    """A context append waiting for the conversation item that acknowledges it."""
+
+    channel: str
+    event_id: str | None
+    #: Where the session timeline stood when it arrived (ms).
+    at_ms: int
+
+
+@dataclass(slots=True)
+class LiveState:
+    """What one Live connection's dialect knows between frames."""
+
+    setup: LiveSetup | None = None
+    delegation: Delegation = field(default_factory=Delegation)
+    start_event_id: str | None = None
+    #: Whether the gateway's session has started (``session.started`` was rendered).
+    started: bool = False
+    #: ``event_id`` of each ``session.update`` not yet answered, oldest first.
+    updates: list[str | None] = field(default_factory=list)
+    close_event_id: str | None = None
+    #: The session timeline: how much caller audio has arrived (ms).
+    timeline_ms: float = 0.0
+    #: Context appends by the id of the conversation item standing for them.
+    appends: dict[str, ContextAppend] = field(default_factory=dict)
+    appended: int = 0
+    #: Client delegations the client may still answer (delegation id = the engine's call id).
+    open_delegations: set[str] = field(default_factory=set)
+    #: Responses delegation: function calls of the last delegated response still without an output.
+    open_calls: set[str] = field(default_factory=set)
+    #: Responses delegation: the delegation a ``response.create`` continues.
+    continuing: str | None = None
+    last_delegation: str | None = None
+
+    def now_ms(self) -> int:
+        return int(self.timeline_ms)
+
+
+_Parser = Callable[[Mapping[str, object], str | None, LiveState], tuple[Command, ...]]
+
+
+def _envelope(data: Mapping[str, object], *fields: str) -> None:
+    check_fields(data, ("type", "event_id", *fields), "")
+
+
+def _started(state: LiveState, kind: str) -> LiveSetup:
+    if state.setup is None:
+        raise refuse(
+            SESSION_NOT_STARTED,
+            f"{kind} was sent before session.start. Send session.start first and wait for session.started.",
+        )
+    return state.setup
+
+
+def _session_start(data: Mapping[str, object], event_id: str | None, state: LiveState) -> tuple[Command, ...]:
+    _envelope(data, "session")
+    if state.setup is not None:
+        raise refuse(SESSION_ALREADY_STARTED, "session.start was already sent; a session starts once.")
+    session = read_object(data, "session", "", required=True)
+    assert session is not None
+    setup = parse_start(session)
+    state.setup, state.delegation, state.start_event_id = setup, setup.delegation, event_id
+    return (SessionUpdate(event_id=event_id, session=setup.patch()), *setup.history_items())
+
+
+def _session_update(
+    data: Mapping[str, object], event_id: str | None, state: LiveState
+) -> tuple[Command, ...]:
+    _envelope(data, "session")
+    _started(state, "session.update")
+    session = read_object(data, "session", "", required=True)
+    assert session is not None
+    state.delegation, patch = parse_update(session, state.delegation)
+    state.updates.append(event_id)
+    return (SessionUpdate(event_id=event_id, session=patch),)
+
+
+def _audio_append(data: Mapping[str, object], event_id: str | None, state: LiveState) -> tuple[Command, ...]:
+    _envelope(data, "audio")
+    setup = _started(state, "session.input_audio.append")
+    audio = read_str(data, "audio", "", required=True)
+    pcm = decode_base64(str(audio), "audio")
+    fmt = setup.audio_format
+    width = fmt.encoding.bytes_per_sample
+    if len(pcm) % width:
+        raise refuse(
+            INVALID_VALUE,
+            f"Invalid 'audio': {len(pcm)} bytes is not a whole number of {width}-byte samples.",
+            param="audio",
+        )
+    state.timeline_ms += fmt.duration_ms(len(pcm))
+    return (InputAudioAppend(event_id=event_id, audio=pcm),)
+
+
+def _context_append(
+    data: Mapping[str, object], event_id: str | None, state: LiveState
+) -> tuple[Command, ...]:
+    kind = str(data["type"])
+    _envelope(data, "content", "delegation_id")
+    _started(state, kind)
+    if "delegation_id" not in data:  # required, and null is meaningful: general session context
+        raise missing("delegation_id")
+    content = read_str(data, "content", "", required=True)
+    assert content is not None
+    if not content.strip():
+        raise bad_value("content", content)
+    delegation_id = read_str(data, "delegation_id", "")
+    channel = CONTEXT_CHANNELS[kind]
+    state.appended += 1
+    item_id = f"item_live_{channel}_{state.appended}"
+    pending = ContextAppend(channel=channel, event_id=event_id, at_ms=state.now_ms())
+    if delegation_id is None:
+        state.appends[item_id] = pending
+        # Context, not a caller's turn: a system message the engine reads with the conversation.
+        commands: list[Command] = [
+            ConversationItemCreate(event_id=event_id, item_id=item_id, role="system", text=content)
+        ]
+        if channel == "commentary":  # to be spoken, in the model's own words
+            commands.append(ResponseCreate(event_id=event_id))
+        return tuple(commands)
+    if state.delegation.target != "client":
+        raise refuse(
+            DELEGATION_MODE_MISMATCH,
+            "Responses delegation takes no delegation_id on context appends; send null for general context.",
+            param="delegation_id",
+        )
+    if delegation_id not in state.open_delegations:
+        raise bad_value("delegation_id", delegation_id)
+    state.open_delegations.discard(delegation_id)
+    state.appends[item_id] = pending
+    # The client's answer to the engine's delegate call: its output, which the engine's next words use.
+    output = ConversationItemCreate(
+        event_id=event_id,
+        item_id=item_id,
+        role="tool",
+        text="",
+        kind="function_call_output",
+        call_id=delegation_id,
+        output=content,
+    )
+    return (output, ResponseCreate(event_id=event_id)) if channel == "commentary" else (output,)
+
+
+def _item_create(data: Mapping[str, object], event_id: str | None, state: LiveState) -> tuple[Command, ...]:
+    _envelope(data, "item")
+    _started(state, "response.item.create")
+    _responses_only(state, "response.item.create")
+    item = read_object(data, "item", "", required=True)
+    assert item is not None
+    kind = read_str(item, "type", "item", required=True)
+    if kind != "function_call_output":
+        raise refuse(
+            NOT_SUPPORTED,
+            f"Only function_call_output items can be queued on this gateway, not '{kind}'.",
+            param="item.type",
+        )
+    check_fields(item, ("type", "call_id", "output", "id", "status"), "item")
+    call_id = read_str(item, "call_id", "item", required=True)
+    output = item.get("output")
+    if output is None:
+        raise missing("item.output")
+    if not isinstance(output, str):
+        raise wrong_type("item.output", "a string", output)
+    state.open_calls.discard(str(call_id))
+    return (
+        ConversationItemCreate(
+            event_id=event_id,
+            item_id=read_str(item, "id", "item"),
+            role="tool",
+            text="",
+            kind="function_call_output",
+            call_id=call_id,
+            output=output,
+        ),
+    )
+
+
+def _response_create(
+    data: Mapping[str, object], event_id: str | None, state: LiveState
+) -> tuple[Command, ...]:
+    _envelope(data)
+    _started(state, "response.create")
+    _responses_only(state, "response.create")
+    if state.open_calls:
+        waiting = ", ".join(sorted(state.open_calls))
+        raise refuse(
+            FUNCTION_CALL_OUTPUTS_REQUIRED,
+            f"The pending response needs an output for every function call first; missing: {waiting}.",
+        )
+    state.continuing = state.last_delegation
+    return (ResponseCreate(event_id=event_id),)
+
+
+def _responses_only(state: LiveState, kind: str) -> None:
+    if state.delegation.target != "responses":
+        raise refuse(
+            DELEGATION_MODE_MISMATCH,
+            f"{kind} requires Responses delegation; this session delegates to the client.",
+            param="type",
+        )
+
+
+def _session_close(data: Mapping[str, object], event_id: str | None, state: LiveState) -> tuple[Command, ...]:
+    _envelope(data)
+    state.close_event_id = event_id
+    return (SessionClose(event_id=event_id, reason="close_requested"),)
+
+
+def _not_yet(data: Mapping[str, object], event_id: str | None, state: LiveState) -> tuple[Command, ...]:
+    kind = str(data["type"])
+    raise refuse(NOT_SUPPORTED, f"{kind} is not supported by this gateway yet ({_GAPS[kind]}).", param="type")
+
+
+PARSERS: Mapping[str, _Parser] = {
+    "session.start": _session_start,
+    "session.update": _session_update,
+    "session.input_audio.append": _audio_append,
+    **dict.fromkeys(CONTEXT_CHANNELS, _context_append),
+    "response.item.create": _item_create,
+    "response.create": _response_create,
+    "session.close": _session_close,
+    **dict.fromkeys(_GAPS, _not_yet),
+}
