@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 import inspect
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -22,6 +24,7 @@ from duplex_gateway.session.machine import (
     DeleteItem,
     Handshake,
     OpenEngine,
+    Output,
     ProcessInput,
     ReportLatency,
     Session,
@@ -43,6 +46,7 @@ from duplex_gateway.vocabulary.session_config import (
     ToolChoiceMode,
     TurnDetection,
 )
+from tests.typed import narrow, only
 
 RATE = 24_000
 CAPS = port.EngineCapabilities(name="test", input_rate=RATE, output_rate=RATE)
@@ -50,11 +54,11 @@ MANUAL = SessionConfig(turn_detection=None)
 VAD = SessionConfig(turn_detection=TurnDetection(prefix_padding_ms=100, silence_duration_ms=200))
 
 
-def make(config: SessionConfig = MANUAL, handshake: Handshake = Handshake.REALTIME, **kw: object) -> Session:
-    return Session(session_id="sess_1", capabilities=CAPS, defaults=config, handshake=handshake, **kw)  # type: ignore[arg-type]
+def make(config: SessionConfig = MANUAL, handshake: Handshake = Handshake.REALTIME, **kw: Any) -> Session:
+    return Session(session_id="sess_1", capabilities=CAPS, defaults=config, handshake=handshake, **kw)
 
 
-def types(outputs: list[object]) -> list[str]:
+def types(outputs: Sequence[object]) -> list[str]:
     return [o.type if isinstance(o, ev.ServerEvent) else type(o).__name__ for o in outputs]
 
 
@@ -62,16 +66,12 @@ def pcm(ms: int) -> bytes:
     return bytes(RATE * ms // 1000 * 2)
 
 
-def start_response(s: Session, response_id: str = "resp_1") -> list[object]:
-    return s.engine_event(port.EngineResponseStarted(response_id=response_id))  # type: ignore[return-value]
+def start_response(s: Session, response_id: str = "resp_1") -> list[Output]:
+    return s.engine_event(port.EngineResponseStarted(response_id=response_id))
 
 
-def audio(s: Session, ms: int, response_id: str = "resp_1") -> list[object]:
-    return s.engine_event(port.EngineAudio(response_id=response_id, pcm=pcm(ms)))  # type: ignore[return-value]
-
-
-def only(outputs: list[object], kind: type) -> list:  # type: ignore[type-arg]
-    return [o for o in outputs if isinstance(o, kind)]
+def audio(s: Session, ms: int, response_id: str = "resp_1") -> list[Output]:
+    return s.engine_event(port.EngineAudio(response_id=response_id, pcm=pcm(ms)))
 
 
 # -- purity ----------------------------------------------------------------------------
@@ -95,7 +95,7 @@ def test_realtime_handshake_announces_session_at_once() -> None:
     s = make()
     out = s.start()
     assert types(out) == ["session.created"]
-    assert dict(out[0].capabilities)["engine"] == "test"  # type: ignore[union-attr]
+    assert dict(narrow(out[0], ev.SessionCreated).capabilities)["engine"] == "test"
 
 
 def test_duplex_handshake_requires_session_update_first() -> None:
@@ -103,11 +103,14 @@ def test_duplex_handshake_requires_session_update_first() -> None:
     assert s.start() == []
     out = s.receive(cmd.InputAudioAppend(audio=pcm(20), event_id="e1"), now=0)
     assert types(out) == ["error"]
-    assert out[0].code is ErrorCode.SESSION_NOT_CONFIGURED and out[0].event_id == "e1"  # type: ignore[union-attr]
+    assert (
+        narrow(out[0], ev.ErrorEvent).code is ErrorCode.SESSION_NOT_CONFIGURED
+        and narrow(out[0], ev.ErrorEvent).event_id == "e1"
+    )
     fmt = AudioFormat(encoding=Encoding.PCM16, rate=16_000)
     out = s.receive(cmd.SessionUpdate(session=SessionPatch(input_format=fmt)), now=0)
     assert types(out) == ["OpenEngine"]
-    assert out[0].config.input_format == fmt  # type: ignore[union-attr]
+    assert narrow(out[0], OpenEngine).config.input_format == fmt
     created = s.engine_opened()
     assert types(created) == ["session.created"]
     assert s.receive(cmd.InputAudioAppend(audio=bytes(640)), now=0) == [ProcessInput(audio=bytes(640))]
@@ -188,8 +191,11 @@ def test_video_frames_an_engine_does_not_use_cost_one_notice_never_the_audio() -
         cmd.ConversationItemCreate(item_id=None, role="user", text="hi", images=(picture,)), now=0
     )
     assert types(out)[:2] == ["input.ignored", "AddItem"]
-    assert out[0].input == "input_image"  # type: ignore[union-attr]
-    assert out[1].images == () and out[1].text == "hi"  # type: ignore[union-attr]
+    assert narrow(out[0], ev.InputIgnored).input == "input_image"
+    assert (
+        narrow(out[1], session_module.AddItem).images == ()
+        and narrow(out[1], session_module.AddItem).text == "hi"
+    )
     out = s.receive(cmd.ConversationItemCreate(item_id=None, role="user", text="", images=(picture,)), now=0)
     assert "input.ignored" not in types(out)
 
@@ -217,8 +223,8 @@ def test_pictures_reach_an_engine_that_takes_them() -> None:
     picture = "data:image/png;base64,iVBORw0K"
     out = s.receive(cmd.ConversationItemCreate(item_id="i1", role="user", text="", images=(picture,)), now=0)
     assert types(out) == ["AddItem", "conversation.item.added", "conversation.item.done"]
-    assert out[0].images == (picture,)  # type: ignore[union-attr]
-    assert out[1].item.images == 1  # type: ignore[union-attr]
+    assert narrow(out[0], session_module.AddItem).images == (picture,)
+    assert narrow(out[1], ev.ConversationItemAdded).item.images == 1
 
 
 def test_bad_video_frames_are_reported_and_their_audio_kept() -> None:
@@ -233,15 +239,18 @@ def test_bad_video_frames_are_reported_and_their_audio_kept() -> None:
 def test_append_validates_whole_samples_and_emptiness() -> None:
     s = make()
     out = s.receive(cmd.InputAudioAppend(audio=b"\x00\x01\x02"), now=0)
-    assert out[0].code is ErrorCode.INVALID_AUDIO_LENGTH  # type: ignore[union-attr]
+    assert narrow(out[0], ev.ErrorEvent).code is ErrorCode.INVALID_AUDIO_LENGTH
     out = s.receive(cmd.InputAudioAppend(audio=b""), now=0)
-    assert out[0].code is ErrorCode.INVALID_VALUE  # type: ignore[union-attr]
+    assert narrow(out[0], ev.ErrorEvent).code is ErrorCode.INVALID_VALUE
 
 
 def test_manual_commit_and_empty_commit() -> None:
     s = make()
     out = s.receive(cmd.InputAudioCommit(event_id="c0"), now=0)
-    assert out[0].code is ErrorCode.INPUT_AUDIO_BUFFER_EMPTY and out[0].event_id == "c0"  # type: ignore[union-attr]
+    assert (
+        narrow(out[0], ev.ErrorEvent).code is ErrorCode.INPUT_AUDIO_BUFFER_EMPTY
+        and narrow(out[0], ev.ErrorEvent).event_id == "c0"
+    )
     assert s.input_processed(pcm(200), 200.0) == [AppendAudio(pcm=pcm(200))]
     out = s.receive(cmd.InputAudioCommit(), now=0)
     assert types(out) == [
@@ -252,7 +261,7 @@ def test_manual_commit_and_empty_commit() -> None:
     ]
     commit = out[0]
     assert isinstance(commit, CommitInput) and commit.response_id is None
-    assert out[1].item_id == commit.item_id  # type: ignore[union-attr]
+    assert narrow(out[1], ev.InputAudioCommitted).item_id == commit.item_id
 
 
 def test_commit_may_ask_for_the_reply_itself() -> None:
@@ -262,19 +271,25 @@ def test_commit_may_ask_for_the_reply_itself() -> None:
     commit = out[0]
     assert isinstance(commit, CommitInput) and commit.response_id is not None
     # The reply is the session's from the commit on: announced at once, under the id the engine is given.
-    assert types(out)[-1] == "response.created" and out[-1].response_id == commit.response_id  # type: ignore[union-attr]
+    assert (
+        types(out)[-1] == "response.created"
+        and narrow(out[-1], ev.ResponseCreated).response_id == commit.response_id
+    )
     start_response(s, commit.response_id)
     s.input_processed(pcm(200), 200.0)
     out = s.receive(cmd.InputAudioCommit(create_response=True, event_id="c2"), now=0)
-    assert out[0].code is ErrorCode.RESPONSE_ALREADY_ACTIVE and out[0].event_id == "c2"  # type: ignore[union-attr]
+    assert (
+        narrow(out[0], ev.ErrorEvent).code is ErrorCode.RESPONSE_ALREADY_ACTIVE
+        and narrow(out[0], ev.ErrorEvent).event_id == "c2"
+    )
 
 
 AUTO = SessionConfig(turn_detection=None, auto_response=True)
 
 
-def _commit(s: Session, **kw: object) -> CommitInput:
+def _commit(s: Session, **kw: Any) -> CommitInput:
     s.input_processed(pcm(200), 200.0)
-    out = s.receive(cmd.InputAudioCommit(**kw), now=0)  # type: ignore[arg-type]
+    out = s.receive(cmd.InputAudioCommit(**kw), now=0)
     assert isinstance(out[0], CommitInput), out
     return out[0]
 
@@ -300,7 +315,7 @@ def test_auto_response_asks_no_second_reply_while_one_is_in_progress() -> None:
     assert first.response_id is not None
     start_response(s, first.response_id)
     out = s.receive(cmd.InputAudioCommit(), now=0)  # nothing buffered since: still an error
-    assert out[0].code is ErrorCode.INPUT_AUDIO_BUFFER_EMPTY  # type: ignore[union-attr]
+    assert narrow(out[0], ev.ErrorEvent).code is ErrorCode.INPUT_AUDIO_BUFFER_EMPTY
     second = _commit(s)
     assert second.response_id is None and s.response_active
 
@@ -327,16 +342,19 @@ def test_clear_drops_buffer() -> None:
     s = make()
     s.input_processed(pcm(200), 200.0)
     assert types(s.receive(cmd.InputAudioClear(), now=0)) == ["ClearInput", "input_audio_buffer.cleared"]
-    assert s.receive(cmd.InputAudioCommit(), now=0)[0].code is ErrorCode.INPUT_AUDIO_BUFFER_EMPTY  # type: ignore[union-attr]
+    assert (
+        narrow(s.receive(cmd.InputAudioCommit(), now=0)[0], ev.ErrorEvent).code
+        is ErrorCode.INPUT_AUDIO_BUFFER_EMPTY
+    )
 
 
 # -- server VAD ------------------------------------------------------------------------
 
 
-def feed(s: Session, start_ms: int, ms: int, prob: float) -> list[object]:
+def feed(s: Session, start_ms: int, ms: int, prob: float) -> list[Output]:
     """``ms`` of audio starting at ``start_ms`` whose 32 ms windows all score ``prob``."""
     windows = [(end, prob) for end in range(start_ms + 32, start_ms + ms + 1, 32)]
-    return s.input_processed(pcm(ms), float(ms), windows)  # type: ignore[return-value]
+    return s.input_processed(pcm(ms), float(ms), windows)
 
 
 def test_server_vad_turn_starts_with_prefix_padding_and_commits_after_silence() -> None:
@@ -345,8 +363,8 @@ def test_server_vad_turn_starts_with_prefix_padding_and_commits_after_silence() 
     assert out == []  # silence only fills the prefix ring; the engine gets nothing
     out = feed(s, 960, 320, 0.95)
     assert types(out)[0] == "input_audio_buffer.speech_started"
-    started = out[0]
-    assert started.audio_start_ms == 960 - 100  # type: ignore[union-attr]
+    started = narrow(out[0], ev.SpeechStarted)
+    assert started.audio_start_ms == 960 - 100
     # The ring's audio from the padding onward, plus this chunk, go to the engine.
     assert only(out, AppendAudio)
     out = feed(s, 1280, 320, 0.01)
@@ -361,8 +379,8 @@ def test_server_vad_turn_starts_with_prefix_padding_and_commits_after_silence() 
         "response.created",
     ]
     stopped = only(out, ev.SpeechStopped)[0]
-    assert stopped.item_id == started.item_id  # type: ignore[union-attr]
-    assert only(out, CommitInput)[0].response_id == out[-1].response_id  # type: ignore[union-attr]
+    assert stopped.item_id == started.item_id
+    assert only(out, CommitInput)[0].response_id == narrow(out[-1], ev.ResponseCreated).response_id
 
 
 def test_speech_during_reply_barges_in_and_fences_stale_audio() -> None:
@@ -401,7 +419,10 @@ def test_response_lifecycle_event_order() -> None:
     out = s.receive(cmd.ResponseCreate(), now=0)
     assert isinstance(out[0], StartResponse)
     rid = out[0].response_id
-    assert types(out) == ["StartResponse", "response.created"] and out[1].response_id == rid  # type: ignore[union-attr]
+    assert (
+        types(out) == ["StartResponse", "response.created"]
+        and narrow(out[1], ev.ResponseCreated).response_id == rid
+    )
     out = start_response(s, rid)
     assert types(out) == [
         "response.output_item.added",
@@ -421,15 +442,15 @@ def test_response_lifecycle_event_order() -> None:
         "conversation.item.done",
         "response.done",
     ]
-    done = out[-1]
-    assert done.status == "completed" and done.audio_ms == 40 and done.output[0].transcript == "hi"  # type: ignore[union-attr]
+    done = narrow(out[-1], ev.ResponseDone)
+    assert done.status == "completed" and done.audio_ms == 40 and done.output[0].transcript == "hi"
 
 
 def test_a_finished_reply_announced_again_by_the_engine_stays_finished() -> None:
     # Found by tests/properties: an engine that started a reply it had already finished
     # (a late or replayed start) opened a second reply under the same id, done twice.
     s = make()
-    rid = s.receive(cmd.ResponseCreate(), now=0)[0].response_id  # type: ignore[union-attr]
+    rid = narrow(s.receive(cmd.ResponseCreate(), now=0)[0], StartResponse).response_id
     start_response(s, rid)
     audio(s, 40, rid)
     s.engine_event(port.EngineResponseDone(response_id=rid))
@@ -441,35 +462,38 @@ def test_a_finished_reply_announced_again_by_the_engine_stays_finished() -> None
 
 def test_text_modality_response() -> None:
     s = make(SessionConfig(turn_detection=None, output_modalities=(session_module.Modality.TEXT,)))
-    rid = s.receive(cmd.ResponseCreate(), now=0)[0].response_id  # type: ignore[union-attr]
+    rid = narrow(s.receive(cmd.ResponseCreate(), now=0)[0], StartResponse).response_id
     out = start_response(s, rid)
-    assert out[-1].part_type == "text"  # type: ignore[union-attr]
+    assert narrow(out[-1], ev.ContentPartAdded).part_type == "text"
     assert audio(s, 20, rid) == []
     assert types(s.engine_event(port.EngineText(response_id=rid, delta="hello"))) == [
         "response.output_text.delta"
     ]
     out = s.engine_event(port.EngineResponseDone(response_id=rid))
-    assert types(out)[0] == "response.output_text.done" and out[0].text == "hello"  # type: ignore[union-attr]
+    assert types(out)[0] == "response.output_text.done" and narrow(out[0], ev.TextDone).text == "hello"
 
 
 def test_second_response_create_while_active_is_refused() -> None:
     s = make()
     s.receive(cmd.ResponseCreate(), now=0)
     out = s.receive(cmd.ResponseCreate(event_id="x"), now=0)
-    assert out[0].code is ErrorCode.RESPONSE_ALREADY_ACTIVE and out[0].event_id == "x"  # type: ignore[union-attr]
+    assert (
+        narrow(out[0], ev.ErrorEvent).code is ErrorCode.RESPONSE_ALREADY_ACTIVE
+        and narrow(out[0], ev.ErrorEvent).event_id == "x"
+    )
 
 
 def test_cancel_without_response_is_an_error() -> None:
     s = make()
     out = s.receive(cmd.ResponseCancel(), now=0)
-    assert out[0].code is ErrorCode.RESPONSE_NOT_ACTIVE  # type: ignore[union-attr]
+    assert narrow(out[0], ev.ErrorEvent).code is ErrorCode.RESPONSE_NOT_ACTIVE
 
 
 def test_cancel_of_another_response_id_is_an_error() -> None:
     s = make()
     start_response(s)
     out = s.receive(cmd.ResponseCancel(response_id="resp_other"), now=0)
-    assert out[0].code is ErrorCode.RESPONSE_NOT_ACTIVE  # type: ignore[union-attr]
+    assert narrow(out[0], ev.ErrorEvent).code is ErrorCode.RESPONSE_NOT_ACTIVE
 
 
 def test_cancel_closes_out_and_fences() -> None:
@@ -478,17 +502,17 @@ def test_cancel_closes_out_and_fences() -> None:
     audio(s, 100)
     out = s.receive(cmd.ResponseCancel(response_id="resp_1"), now=0)
     assert out[0] == CancelResponse(response_id="resp_1")
-    assert types(out)[-1] == "response.done" and out[-1].status == "cancelled"  # type: ignore[union-attr]
-    assert out[-1].output[0].status == "incomplete"  # type: ignore[union-attr]
+    assert types(out)[-1] == "response.done" and narrow(out[-1], ev.ResponseDone).status == "cancelled"
+    assert narrow(out[-1], ev.ResponseDone).output[0].status == "incomplete"
     assert audio(s, 100) == []
 
 
 def test_cancel_before_engine_started_fences_the_late_start() -> None:
     s = make()
-    rid = s.receive(cmd.ResponseCreate(), now=0)[0].response_id  # type: ignore[union-attr]
+    rid = narrow(s.receive(cmd.ResponseCreate(), now=0)[0], StartResponse).response_id
     out = s.receive(cmd.ResponseCancel(), now=0)
     assert out[0] == CancelResponse(response_id=rid)
-    assert out[-1].status == "cancelled"  # type: ignore[union-attr]
+    assert narrow(out[-1], ev.ResponseDone).status == "cancelled"
     assert start_response(s, rid) == []
     assert audio(s, 20, rid) == []
 
@@ -503,7 +527,7 @@ def test_output_audio_clear_cancels_and_reports() -> None:
     start_response(s)
     out = s.receive(cmd.OutputAudioClear(), now=0)
     assert types(out)[-2:] == ["response.done", "output_audio_buffer.cleared"]
-    assert out[-1].response_id == "resp_1"  # type: ignore[union-attr]
+    assert narrow(out[-1], ev.OutputAudioCleared).response_id == "resp_1"
 
 
 def test_engine_starting_a_new_response_closes_the_old_one() -> None:
@@ -524,7 +548,7 @@ def finished_reply(s: Session, ms: int = 500) -> str:
     start_response(s)
     audio(s, ms)
     out = s.engine_event(port.EngineResponseDone(response_id="resp_1"))
-    return only(out, ev.ResponseDone)[0].output[0].id  # type: ignore[no-any-return]
+    return only(out, ev.ResponseDone)[0].output[0].id
 
 
 def test_playback_ack_is_clamped_to_produced_audio() -> None:
@@ -532,7 +556,10 @@ def test_playback_ack_is_clamped_to_produced_audio() -> None:
     finished_reply(s, 500)
     out = s.receive(cmd.PlaybackAck(response_id="resp_1", item_id=None, played_ms=9000), now=0)
     assert out[0] == AckPlayback(response_id="resp_1", played_ms=500)
-    assert out[1].played_ms == 500 and out[1].produced_ms == 500  # type: ignore[union-attr]
+    assert (
+        narrow(out[1], ev.PlaybackAcknowledged).played_ms == 500
+        and narrow(out[1], ev.PlaybackAcknowledged).produced_ms == 500
+    )
 
 
 def test_playback_ack_naming_the_reply_item_as_vllm_omni_does() -> None:
@@ -547,13 +574,13 @@ def test_playback_ack_naming_the_reply_item_as_vllm_omni_does() -> None:
     # The name still has to match: another reply's, or one naming another response, is not found.
     for response_id, item in (("resp_1", "item_resp_2"), (None, "item_resp_9")):
         out = s.receive(cmd.PlaybackAck(response_id=response_id, item_id=item, played_ms=1), now=0)
-        assert out[0].code is ErrorCode.ITEM_NOT_FOUND  # type: ignore[union-attr]
+        assert narrow(out[0], ev.ErrorEvent).code is ErrorCode.ITEM_NOT_FOUND
 
 
 def test_playback_ack_for_unknown_response() -> None:
     s = make()
     out = s.receive(cmd.PlaybackAck(response_id="nope", item_id=None, played_ms=1), now=0)
-    assert out[0].code is ErrorCode.ITEM_NOT_FOUND  # type: ignore[union-attr]
+    assert narrow(out[0], ev.ErrorEvent).code is ErrorCode.ITEM_NOT_FOUND
 
 
 def test_truncate_within_and_beyond_produced_audio() -> None:
@@ -572,15 +599,18 @@ def test_truncate_within_and_beyond_produced_audio() -> None:
         ev.ConversationItemTruncated(item_id=item_id, content_index=0, audio_end_ms=500),
     ]
     out = s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=-1), now=0)
-    assert out[0].code is ErrorCode.AUDIO_END_OUT_OF_RANGE and out[0].param == "audio_end_ms"  # type: ignore[union-attr]
+    assert (
+        narrow(out[0], ev.ErrorEvent).code is ErrorCode.AUDIO_END_OUT_OF_RANGE
+        and narrow(out[0], ev.ErrorEvent).param == "audio_end_ms"
+    )
     out = s.receive(cmd.ConversationItemTruncate(item_id="missing", content_index=0, audio_end_ms=1), now=0)
-    assert out[0].code is ErrorCode.ITEM_TRUNCATE_INVALID_ITEM_ID  # type: ignore[union-attr]
+    assert narrow(out[0], ev.ErrorEvent).code is ErrorCode.ITEM_TRUNCATE_INVALID_ITEM_ID
 
 
 def test_truncate_of_the_playing_reply_cancels_it() -> None:
     s = make()
     out = start_response(s)
-    item_id = out[1].item.id  # type: ignore[union-attr]
+    item_id = narrow(out[1], ev.OutputItemAdded).item.id
     audio(s, 400)
     out = s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=250), now=0)
     assert "response.done" in types(out) and types(out)[-1] == "conversation.item.truncated"
@@ -595,17 +625,17 @@ def test_item_create_retrieve_delete() -> None:
     out = s.receive(cmd.ConversationItemCreate(item_id="i1", role="user", text="hello"), now=0)
     assert types(out) == ["AddItem", "conversation.item.added", "conversation.item.done"]
     out = s.receive(cmd.ConversationItemRetrieve(item_id="i1"), now=0)
-    assert out[0].item.text == "hello"  # type: ignore[union-attr]
+    assert narrow(out[0], ev.ConversationItemRetrieved).item.text == "hello"
     assert types(s.receive(cmd.ConversationItemDelete(item_id="i1"), now=0)) == [
         "DeleteItem",
         "conversation.item.deleted",
     ]
     assert (
-        s.receive(cmd.ConversationItemDelete(item_id="i1"), now=0)[0].code
+        narrow(s.receive(cmd.ConversationItemDelete(item_id="i1"), now=0)[0], ev.ErrorEvent).code
         is ErrorCode.ITEM_DELETE_INVALID_ITEM_ID
-    )  # type: ignore[union-attr]
+    )
     dup = s.receive(cmd.ConversationItemCreate(item_id=None, role="robot", text="x"), now=0)
-    assert dup[0].code is ErrorCode.INVALID_VALUE  # type: ignore[union-attr]
+    assert narrow(dup[0], ev.ErrorEvent).code is ErrorCode.INVALID_VALUE
 
 
 def test_item_history_is_bounded() -> None:
@@ -613,9 +643,9 @@ def test_item_history_is_bounded() -> None:
     for i in range(session_module.MAX_ITEMS + 10):
         s.receive(cmd.ConversationItemCreate(item_id=f"i{i}", role="user", text="x"), now=0)
     assert (
-        s.receive(cmd.ConversationItemRetrieve(item_id="i0"), now=0)[0].code
+        narrow(s.receive(cmd.ConversationItemRetrieve(item_id="i0"), now=0)[0], ev.ErrorEvent).code
         is ErrorCode.ITEM_RETRIEVE_INVALID_ITEM_ID
-    )  # type: ignore[union-attr]
+    )
 
 
 # -- engine-side turns, transcripts, errors, close --------------------------------------
@@ -629,7 +659,7 @@ def test_engine_detected_turns_and_transcripts() -> None:
     # With engine-side turn detection every chunk goes straight to the engine.
     assert s.input_processed(pcm(20), 20.0, [(32, 0.99)]) == [AppendAudio(pcm=pcm(20))]
     out = s.engine_event(port.EngineSpeechStarted(audio_start_ms=10))
-    item_id = out[0].item_id  # type: ignore[union-attr]
+    item_id = narrow(out[0], ev.SpeechStarted).item_id
     assert s.engine_event(port.EngineInputTranscript(item_id="", text="hello")) == []
     partial = s.engine_event(port.EngineInputTranscript(item_id="", text="hello there"))
     assert partial == [ev.InputTranscriptionDelta(item_id=item_id, delta="hello")]
@@ -644,7 +674,7 @@ def test_partial_hypotheses_become_append_only_deltas() -> None:
 
     def partial(text: str) -> list[str]:
         out = s.engine_event(port.EngineInputTranscript(item_id="item_p", text=text))
-        return [o.delta for o in out]  # type: ignore[union-attr]
+        return [narrow(o, ev.InputTranscriptionDelta).delta for o in out]
 
     assert partial("east") == []
     assert partial("please send") == []  # the first word was revised: nothing agreed yet
@@ -663,7 +693,7 @@ def test_engine_error_non_fatal_and_fatal() -> None:
     assert types(out) == ["error"] and not s.closed
     out = s.engine_event(port.EngineError(code="dead", message="gone", fatal=True))
     assert types(out)[-2:] == ["session.closed", "CloseSession"]
-    assert out[-1].code is CloseCode.ENGINE_FAILED  # type: ignore[union-attr]
+    assert narrow(out[-1], CloseSession).code is CloseCode.ENGINE_FAILED
     assert s.receive(cmd.SessionHeartbeat(), now=0) == []
 
 
@@ -679,8 +709,8 @@ def test_client_close_cancels_reply_and_closes_normally() -> None:
 def test_expire_reports_why() -> None:
     s = make()
     out = s.expire("idle", CloseCode.IDLE_TIMEOUT, "no message for 1 s")
-    assert out[0].code is ErrorCode.IDLE_TIMEOUT  # type: ignore[union-attr]
-    assert out[-1].code is CloseCode.IDLE_TIMEOUT  # type: ignore[union-attr]
+    assert narrow(out[0], ev.ErrorEvent).code is ErrorCode.IDLE_TIMEOUT
+    assert narrow(out[-1], CloseSession).code is CloseCode.IDLE_TIMEOUT
     assert s.expire("idle", CloseCode.IDLE_TIMEOUT, "again") == []
 
 
@@ -705,7 +735,10 @@ def test_session_updated_waits_for_the_engine_and_a_refusal_takes_the_update_bac
     assert isinstance(update, UpdateEngine) and update.previous is before and update.event_id == "evt_1"
     assert update.config.temperature == 0.7 and update.config.extra_body == {"force_listen_count": 2}
     accepted = s.engine_updated(update)
-    assert types(accepted) == ["session.updated"] and accepted[0].config is update.config  # type: ignore[union-attr]
+    assert (
+        types(accepted) == ["session.updated"]
+        and narrow(accepted[0], ev.SessionUpdated).config is update.config
+    )
 
     # A refused update: an error naming the client's event, no session.updated, the old config back.
     update2 = only(
@@ -731,7 +764,7 @@ def test_open_engine_twice_while_opening_is_refused() -> None:
     s = make(handshake=Handshake.DUPLEX)
     assert isinstance(s.receive(cmd.SessionUpdate(session=SessionPatch()), now=0)[0], OpenEngine)
     out = s.receive(cmd.SessionUpdate(session=SessionPatch()), now=0)
-    assert out[0].code is ErrorCode.SESSION_NOT_CONFIGURED  # type: ignore[union-attr]
+    assert narrow(out[0], ev.ErrorEvent).code is ErrorCode.SESSION_NOT_CONFIGURED
 
 
 def test_clear_input_during_speech_resets_the_turn() -> None:
@@ -758,7 +791,7 @@ def test_shutdown_closes_with_going_away() -> None:
     start_response(s)
     out = s.shut_down()
     assert types(out)[-3:] == ["response.done", "session.closed", "CloseSession"]
-    assert out[-1].code is CloseCode.GOING_AWAY  # type: ignore[union-attr]
+    assert narrow(out[-1], CloseSession).code is CloseCode.GOING_AWAY
     assert s.shut_down() == []
 
 
@@ -779,8 +812,8 @@ def test_cancel_of_a_requested_reply_before_the_engine_starts_it() -> None:
     rid = requested_by_vad_turn(s)
     out = s.receive(cmd.ResponseCancel(), now=0)
     assert out[0] == CancelResponse(response_id=rid)
-    assert types(out)[1:] == ["response.done"] and out[1].status == "cancelled"  # type: ignore[union-attr]
-    assert out[1].output == ()  # type: ignore[union-attr]
+    assert types(out)[1:] == ["response.done"] and narrow(out[1], ev.ResponseDone).status == "cancelled"
+    assert narrow(out[1], ev.ResponseDone).output == ()
     # Whatever the engine still announces for it stays out.
     assert start_response(s, rid) == [] and audio(s, 20, rid) == []
 
@@ -791,7 +824,7 @@ def test_output_audio_clear_cancels_a_requested_reply() -> None:
     out = s.receive(cmd.OutputAudioClear(), now=0)
     assert out[0] == CancelResponse(response_id=rid)
     assert types(out)[1:] == ["response.done", "output_audio_buffer.cleared"]
-    assert out[-1].response_id == rid  # type: ignore[union-attr]
+    assert narrow(out[-1], ev.OutputAudioCleared).response_id == rid
 
 
 def test_caller_speech_interrupts_a_requested_reply() -> None:
@@ -847,14 +880,14 @@ def test_every_response_done_follows_its_response_created() -> None:
 def test_deleting_the_assistant_item_mid_reply_cancels_it_and_the_session_lives() -> None:
     s = make()
     out = start_response(s)
-    item_id = out[1].item.id  # type: ignore[union-attr]
+    item_id = narrow(out[1], ev.OutputItemAdded).item.id
     audio(s, 100)
     out = s.receive(cmd.ConversationItemDelete(item_id=item_id), now=0)
     assert out[0] == CancelResponse(response_id="resp_1")
     assert types(out)[-3:] == ["response.done", "DeleteItem", "conversation.item.deleted"]
     assert audio(s, 100) == [] and not s.closed
     assert s.engine_event(port.EngineResponseDone(response_id="resp_1")) == []
-    rid = s.receive(cmd.ResponseCreate(), now=0)[0].response_id  # type: ignore[union-attr]
+    rid = narrow(s.receive(cmd.ResponseCreate(), now=0)[0], StartResponse).response_id
     start_response(s, rid)
     assert types(audio(s, 20, rid)) == ["response.output_audio.delta"]
 
@@ -892,24 +925,27 @@ def test_item_create_honours_previous_item_id() -> None:
         cmd.ConversationItemCreate(item_id="b", role="user", text="two", previous_item_id="a"), now=0
     )
     assert out[0] == session_module.AddItem(item_id="b", role="user", text="two", previous_item_id="a")
-    assert out[1].previous_item_id == "a"  # type: ignore[union-attr]
+    assert narrow(out[1], ev.ConversationItemAdded).previous_item_id == "a"
     out = s.receive(
         cmd.ConversationItemCreate(item_id="z", role="system", text="zero", previous_item_id="root"), now=0
     )
-    assert out[1].previous_item_id is None  # type: ignore[union-attr]
+    assert narrow(out[1], ev.ConversationItemAdded).previous_item_id is None
     out = s.receive(
         cmd.ConversationItemCreate(item_id="x", role="user", text="?", previous_item_id="nope"), now=0
     )
-    assert out[0].code is ErrorCode.ITEM_NOT_FOUND and out[0].param == "previous_item_id"  # type: ignore[union-attr]
+    assert (
+        narrow(out[0], ev.ErrorEvent).code is ErrorCode.ITEM_NOT_FOUND
+        and narrow(out[0], ev.ErrorEvent).param == "previous_item_id"
+    )
     # A new item without placement still goes last, after "c".
     out = s.receive(cmd.ConversationItemCreate(item_id="d", role="user", text="four"), now=0)
-    assert out[1].previous_item_id == "c"  # type: ignore[union-attr]
+    assert narrow(out[1], ev.ConversationItemAdded).previous_item_id == "c"
 
 
 def test_assistant_item_knows_the_item_before_it() -> None:
     s = make()
     s.receive(cmd.ConversationItemCreate(item_id="u1", role="user", text="hi"), now=0)
-    rid = s.receive(cmd.ResponseCreate(), now=0)[0].response_id  # type: ignore[union-attr]
+    rid = narrow(s.receive(cmd.ResponseCreate(), now=0)[0], StartResponse).response_id
     out = start_response(s, rid)
     assert only(out, ev.ConversationItemAdded)[0].previous_item_id == "u1"
     out = s.engine_event(port.EngineResponseDone(response_id=rid))
@@ -918,7 +954,7 @@ def test_assistant_item_knows_the_item_before_it() -> None:
 
 def test_truncate_keeps_the_transcript_the_caller_heard() -> None:
     s = make()
-    item_id = start_response(s)[1].item.id  # type: ignore[union-attr]
+    item_id = narrow(start_response(s)[1], ev.OutputItemAdded).item.id
     s.engine_event(port.EngineTranscript(response_id="resp_1", delta="Hello there."))
     audio(s, 400)
     s.engine_event(port.EngineTranscript(response_id="resp_1", delta=" It is noon."))
@@ -926,13 +962,16 @@ def test_truncate_keeps_the_transcript_the_caller_heard() -> None:
     s.engine_event(port.EngineResponseDone(response_id="resp_1"))
     s.receive(cmd.ConversationItemTruncate(item_id=item_id, content_index=0, audio_end_ms=300), now=0)
     assert (
-        s.receive(cmd.ConversationItemRetrieve(item_id=item_id), now=0)[0].item.transcript == "Hello there."
-    )  # type: ignore[union-attr]
+        narrow(
+            s.receive(cmd.ConversationItemRetrieve(item_id=item_id), now=0)[0], ev.ConversationItemRetrieved
+        ).item.transcript
+        == "Hello there."
+    )
 
 
 def test_truncating_the_playing_reply_ends_it_with_the_heard_transcript() -> None:
     s = make()
-    item_id = start_response(s)[1].item.id  # type: ignore[union-attr]
+    item_id = narrow(start_response(s)[1], ev.OutputItemAdded).item.id
     s.engine_event(port.EngineTranscript(response_id="resp_1", delta="One."))
     audio(s, 400)
     s.engine_event(port.EngineTranscript(response_id="resp_1", delta=" Two."))
@@ -1006,7 +1045,7 @@ def test_idle_timeout_counts_from_the_end_of_playback_then_commits_and_replies()
     triggered = out[0]
     assert isinstance(triggered, ev.InputAudioTimeoutTriggered)
     assert only(out, CommitInput)[0].item_id == triggered.item_id
-    assert only(out, CommitInput)[0].response_id == out[-1].response_id  # type: ignore[union-attr]
+    assert only(out, CommitInput)[0].response_id == narrow(out[-1], ev.ResponseCreated).response_id
     assert s.next_timer is None and s.tick(100.0) == []
 
 
@@ -1073,7 +1112,10 @@ def test_a_transcription_session_transcribes_turns_and_never_replies() -> None:
 def test_session_type_cannot_change() -> None:
     s = make()
     out = s.receive(cmd.SessionUpdate(session=SessionPatch(kind=SessionKind.TRANSCRIPTION)), now=0)
-    assert out[0].code is ErrorCode.INVALID_VALUE and out[0].param == "session.type"  # type: ignore[union-attr]
+    assert (
+        narrow(out[0], ev.ErrorEvent).code is ErrorCode.INVALID_VALUE
+        and narrow(out[0], ev.ErrorEvent).param == "session.type"
+    )
     assert s.config.kind is SessionKind.REALTIME
     assert types(s.receive(cmd.SessionUpdate(session=SessionPatch(kind=SessionKind.REALTIME)), now=0)) == [
         "UpdateEngine",
@@ -1084,10 +1126,10 @@ def test_an_engine_that_cannot_transcribe_refuses_a_transcription_session() -> N
     s = make(TRANSCRIPTION)  # CAPS: no input transcription
     out = s.start()
     assert types(out) == ["session.created", "error"]
-    assert out[1].param == "session.type"  # type: ignore[union-attr]
+    assert narrow(out[1], ev.ErrorEvent).param == "session.type"
     duplex = make(handshake=Handshake.DUPLEX)
     out = duplex.receive(cmd.SessionUpdate(session=SessionPatch(kind=SessionKind.TRANSCRIPTION)), now=0)
-    assert out[0].code is ErrorCode.INVALID_VALUE  # type: ignore[union-attr]
+    assert narrow(out[0], ev.ErrorEvent).code is ErrorCode.INVALID_VALUE
 
 
 # -- the engine's own turn-taking (vLLM-Omni auto_response, engine VAD) --------------------------
@@ -1170,7 +1212,9 @@ def test_a_turn_the_engine_ended_becomes_the_callers_item() -> None:
     s.engine_event(port.EngineTurnCommitted(item_id="e1"))
     start_response(s, "resp_e")  # the reply starts before the transcript arrives
     out = s.engine_event(port.EngineInputTranscript(item_id="e1", text="hi there", final=True))
-    assert [o.item_id for o in only(out, ev.InputTranscriptionCompleted)] == [speech.item_id]  # type: ignore[attr-defined]
+    assert [o.item_id for o in only(out, ev.InputTranscriptionCompleted)] == [
+        narrow(speech, ev.SpeechStopped).item_id
+    ]
 
 
 def test_a_turn_the_engine_committed_unannounced_gets_an_item() -> None:
@@ -1178,7 +1222,10 @@ def test_a_turn_the_engine_committed_unannounced_gets_an_item() -> None:
     s.input_processed(pcm(300), 300)
     out = s.engine_event(port.EngineTurnCommitted(item_id="item_x"))
     assert types(out) == ["input_audio_buffer.committed", "conversation.item.added", "conversation.item.done"]
-    assert s.receive(cmd.InputAudioCommit(), now=0)[0].code is ErrorCode.INPUT_AUDIO_BUFFER_EMPTY  # type: ignore[union-attr]
+    assert (
+        narrow(s.receive(cmd.InputAudioCommit(), now=0)[0], ev.ErrorEvent).code
+        is ErrorCode.INPUT_AUDIO_BUFFER_EMPTY
+    )
 
 
 def test_transcript_without_an_item_id_goes_to_the_callers_last_turn() -> None:
@@ -1203,14 +1250,17 @@ def test_text_into_a_live_turn_and_turn_signals_need_native_turn_taking() -> Non
         "input_audio_buffer.committed",
     ]
     out = s.receive(cmd.TurnSignal(event="user_started", payload={"at_ms": 3}), now=0)
-    assert types(out) == ["SignalTurn"] and out[0].payload == {"at_ms": 3}  # type: ignore[union-attr]
+    assert types(out) == ["SignalTurn"] and narrow(out[0], session_module.SignalTurn).payload == {"at_ms": 3}
 
 
 def test_input_cancel_abandons_the_turn() -> None:
     s = make()
     s.input_processed(pcm(300), 300)
     assert types(s.receive(cmd.InputCancel(), now=0)) == ["CancelInput", "input_audio_buffer.cleared"]
-    assert s.receive(cmd.InputAudioCommit(), now=0)[0].code is ErrorCode.INPUT_AUDIO_BUFFER_EMPTY  # type: ignore[union-attr]
+    assert (
+        narrow(s.receive(cmd.InputAudioCommit(), now=0)[0], ev.ErrorEvent).code
+        is ErrorCode.INPUT_AUDIO_BUFFER_EMPTY
+    )
 
 
 def test_chunk_hints_and_formats() -> None:
@@ -1232,7 +1282,7 @@ def test_chunk_hints_and_formats() -> None:
         )
     ]
     rate_only = s.receive(cmd.InputAudioAppend(audio=bytes(320), rate=16_000), now=0)
-    assert rate_only[0].format == AudioFormat(encoding=Encoding.PCM16, rate=16_000)  # type: ignore[union-attr]
+    assert narrow(rate_only[0], ProcessInput).format == AudioFormat(encoding=Encoding.PCM16, rate=16_000)
     (error,) = s.receive(cmd.InputAudioAppend(audio=bytes(3), rate=16_000), now=0)
     assert isinstance(error, ev.ErrorEvent) and error.code is ErrorCode.INVALID_AUDIO_LENGTH
     # The hints ride with the audio to the engine.
@@ -1483,7 +1533,7 @@ def test_an_out_of_band_reply_runs_beside_the_conversations_and_stays_out_of_it(
     out = s.receive(cmd.ResponseCreate(out_of_band=True, metadata={"job": "classify"}), now=1)
     created = only(out, ev.ResponseCreated)[0]
     assert created.out_of_band and created.metadata == {"job": "classify"}
-    assert only(out, StartResponse)[0].options.out_of_band  # type: ignore[union-attr]
+    assert narrow(only(out, StartResponse)[0].options, port.ResponseOptions).out_of_band
     side = created.response_id
     start_response(s, side)
     out = s.engine_event(port.EngineText(response_id=side, delta="positive"))
