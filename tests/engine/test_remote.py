@@ -32,6 +32,7 @@ from duplex_gateway.engine.registry import build_engine
 from duplex_gateway.engine.remote import BackendKind, BackendSpec, RemoteEngine, RemoteSession
 from duplex_gateway.engine.remote.pool import BackendPool, realtime_url
 from duplex_gateway.engine.remote.protocol import BackendWire, detect_kind, session_object
+from duplex_gateway.vocabulary.formats import AudioFormat
 from duplex_gateway.vocabulary.session_config import FunctionTool, SessionConfig, ToolChoice, ToolChoiceMode
 from tests.e2e.conftest import (  # noqa: F401 - fixtures, registered by import
     _no_traceback_in_gateway_logs,
@@ -45,6 +46,7 @@ from tests.e2e.helpers import (
     send_json,
     ws_connect,
 )
+from tests.typed import narrow
 
 IN_RATE = 16_000
 OUT_RATE = 24_000
@@ -96,8 +98,14 @@ def test_session_object_is_read_by_a_gateway_as_pcm16_at_the_engine_rates_withou
     patch = parse_session_patch(
         session_object(config, input_rate=IN_RATE, output_rate=OUT_RATE, initial=True)
     )
-    assert (patch.input_format.encoding, patch.input_format.rate) == ("pcm16", IN_RATE)  # type: ignore[union-attr]
-    assert (patch.output_format.encoding, patch.output_format.rate) == ("pcm16", OUT_RATE)  # type: ignore[union-attr]
+    assert (
+        narrow(patch.input_format, AudioFormat).encoding,
+        narrow(patch.input_format, AudioFormat).rate,
+    ) == ("pcm16", IN_RATE)
+    assert (
+        narrow(patch.output_format, AudioFormat).encoding,
+        narrow(patch.output_format, AudioFormat).rate,
+    ) == ("pcm16", OUT_RATE)
     assert patch.turn_detection is None
     assert patch.instructions == "be brief" and patch.voice == "alloy"
 
@@ -192,7 +200,9 @@ def test_a_reply_carries_the_gateway_id_and_its_audio_is_resampled() -> None:
     same_rate = w.receive(audio_delta("resp_backend", bytes(480)))
     assert same_rate == [port.EngineAudio(response_id="resp_gw", pcm=bytes(480))]
     tone = (np.sin(np.arange(16_000) / 10) * 8000).astype("<i2").tobytes()  # 1 s at 16 kHz
-    pcm = b"".join(e.pcm for e in w.receive(audio_delta("resp_backend", tone, rate=16_000)))  # type: ignore[attr-defined]
+    pcm = b"".join(
+        narrow(e, port.EngineAudio).pcm for e in w.receive(audio_delta("resp_backend", tone, rate=16_000))
+    )
     events = w.receive(done("resp_backend"))
     pcm += b"".join(e.pcm for e in events if isinstance(e, port.EngineAudio))
     assert abs(len(pcm) // 2 - OUT_RATE) <= 2  # 1 s at 24 kHz once flushed
@@ -892,7 +902,7 @@ def test_config_cli_and_registry() -> None:
     tcp_only = load_settings(
         None, **{"engine.name": "remote", "engine.remote.backends": [{"url": "ws://a:1", "health_path": ""}]}
     )
-    assert build_engine(tcp_only).backends[0].spec.health_path is None  # type: ignore[attr-defined]
+    assert narrow(build_engine(tcp_only), RemoteEngine).backends[0].spec.health_path is None
     keepalive = build_engine(
         load_settings(
             None,
@@ -1041,8 +1051,8 @@ async def test_sessions_spread_over_backends_up_to_their_caps(backends: list[Gat
         assert engine.ready and engine.capabilities.max_sessions == 4
         sessions = [await engine.open_session(f"s{i}", SessionConfig()) for i in range(4)]
         assert placed(engine) == [2, 2] and engine.active_sessions == 4
-        assert [s.backend.index for s in sessions] == [0, 1, 0, 1]  # type: ignore[attr-defined]
-        assert all(s.kind is BackendKind.GATEWAY for s in sessions)  # type: ignore[attr-defined]
+        assert [narrow(s, RemoteSession).backend.index for s in sessions] == [0, 1, 0, 1]
+        assert all(narrow(s, RemoteSession).kind is BackendKind.GATEWAY for s in sessions)
         await asyncio.gather(*(gw.wait_sessions(2) for gw in backends))
         with pytest.raises(port.EngineSessionLimit):
             await engine.open_session("s5", SessionConfig())
@@ -1061,7 +1071,7 @@ async def test_audio_round_trip_with_the_gateway_response_id(backends: list[Gate
         await session.create_response(response_id="resp_gw_1", instructions=None)
         await events.wait(is_(port.EngineResponseDone, response_id="resp_gw_1"))
         assert [type(e) for e in events.events[:2]] == [port.EngineTurnCommitted, port.EngineResponseStarted]
-        assert events.events[1].response_id == "resp_gw_1"  # type: ignore[attr-defined]
+        assert narrow(events.events[1], port.EngineResponseStarted).response_id == "resp_gw_1"
         kinds = [type(e) for e in events.events]
         assert port.EngineTranscript in kinds
         reply = events.audio("resp_gw_1")
@@ -1077,7 +1087,13 @@ async def test_audio_round_trip_with_the_gateway_response_id(backends: list[Gate
         started = await events.wait(
             lambda e: isinstance(e, port.EngineResponseStarted) and e.response_id != "resp_gw_1"
         )
-        await events.wait(is_(port.EngineResponseDone, response_id=started.response_id, status="completed"))  # type: ignore[attr-defined]
+        await events.wait(
+            is_(
+                port.EngineResponseDone,
+                response_id=narrow(started, port.EngineResponseStarted).response_id,
+                status="completed",
+            )
+        )
         await session.close("done")
         await events.wait(is_(port.EngineClosed, reason="done"))
         await events.stop()
@@ -1111,7 +1127,10 @@ async def test_a_backend_killed_mid_reply_fails_its_sessions_fast_and_spares_the
     async with remote_engine([doomed, survivor], caps=(2, 2)) as engine:
         a = await engine.open_session("a", SessionConfig())
         b = await engine.open_session("b", SessionConfig())
-        assert [a.backend.url, b.backend.url] == [doomed.ws_url, survivor.ws_url]  # type: ignore[attr-defined]
+        assert [narrow(a, RemoteSession).backend.url, narrow(b, RemoteSession).backend.url] == [
+            doomed.ws_url,
+            survivor.ws_url,
+        ]
         ea, eb = Events(a), Events(b)
         for session in (a, b):
             await say(session, speech(2.0))
@@ -1127,12 +1146,12 @@ async def test_a_backend_killed_mid_reply_fails_its_sessions_fast_and_spares_the
         assert not engine.backends[0].healthy and engine.backends[1].healthy
         assert engine.backends[0].sessions == 0
         c = await engine.open_session("c", SessionConfig())
-        assert c.backend.url == survivor.ws_url  # type: ignore[attr-defined]
+        assert narrow(c, RemoteSession).backend.url == survivor.ws_url
         await health_rounds(engine, 3)
         assert not engine.backends[0].healthy and engine.ready
         # The survivor's session streamed on, untouched.
         done_b = await eb.wait(lambda e: isinstance(e, port.EngineResponseDone), timeout=10)
-        assert done_b.status == "completed"  # type: ignore[attr-defined]
+        assert narrow(done_b, port.EngineResponseDone).status == "completed"
         assert any(t > killed_at for t, e in eb.seen if isinstance(e, port.EngineAudio))
         assert not [e for e in eb.events if isinstance(e, port.EngineError)]
         assert abs(len(eb.audio()) / 2 / OUT_RATE - 2.0) < 0.05
@@ -1158,7 +1177,10 @@ async def test_a_backend_that_hangs_fails_its_sessions_within_health_rounds_not_
         assert engine.options.ping_interval_s == 20.0
         a = await engine.open_session("a", SessionConfig())
         b = await engine.open_session("b", SessionConfig())
-        assert [a.backend.url, b.backend.url] == [hung.ws_url, survivor.ws_url]  # type: ignore[attr-defined]
+        assert [narrow(a, RemoteSession).backend.url, narrow(b, RemoteSession).backend.url] == [
+            hung.ws_url,
+            survivor.ws_url,
+        ]
         ea, eb = Events(a), Events(b)
         for session in (a, b):
             await say(session, speech(4.0))
@@ -1169,7 +1191,10 @@ async def test_a_backend_that_hangs_fails_its_sessions_within_health_rounds_not_
         try:
             fatal = await ea.wait(is_(port.EngineError, fatal=True), timeout=10)
             took = next(t for t, e in ea.seen if e is fatal) - stopped_at
-            assert fatal.code == "backend_lost" and "ping" in fatal.message, fatal  # type: ignore[attr-defined]
+            assert (
+                narrow(fatal, port.EngineError).code == "backend_lost"
+                and "ping" in narrow(fatal, port.EngineError).message
+            ), fatal
             assert isinstance(ea.events[-1], port.EngineClosed)
             # Probe interval + a timed-out probe + a ping unanswered for 1 s, with room for a slow machine.
             assert took < 6.0, f"the fatal error took {took:.2f} s"
@@ -1181,7 +1206,7 @@ async def test_a_backend_that_hangs_fails_its_sessions_within_health_rounds_not_
             hung.proc.send_signal(signal.SIGCONT)
         # The survivor's reply streamed on to its end.
         done_b = await eb.wait(lambda e: isinstance(e, port.EngineResponseDone), timeout=10)
-        assert done_b.status == "completed"  # type: ignore[attr-defined]
+        assert narrow(done_b, port.EngineResponseDone).status == "completed"
         assert not [e for e in eb.events if isinstance(e, port.EngineError)]
         assert abs(len(eb.audio()) / 2 / OUT_RATE - 4.0) < 0.05
         # Back after SIGCONT: healthy again, and it takes a session.
@@ -1196,7 +1221,7 @@ async def test_sessions_that_answer_pings_outlive_a_failing_health_path(backends
     """A health path failing is not proof the backend is gone: a session whose socket answers stays."""
     async with remote_engine(backends, caps=(2, 2)) as engine:
         session = await engine.open_session("s1", SessionConfig())
-        backend = engine.backends[session.backend.index]  # type: ignore[attr-defined]
+        backend = engine.backends[narrow(session, RemoteSession).backend.index]
         backend.spec = replace(backend.spec, health_path="/no-such-health-path")
         try:
             await health_rounds(engine, 3)
@@ -1204,7 +1229,7 @@ async def test_sessions_that_answer_pings_outlive_a_failing_health_path(backends
             events = Events(session)
             await say(session, speech(0.3))
             done = await events.wait(lambda e: isinstance(e, port.EngineResponseDone), timeout=10)
-            assert done.status == "completed"  # type: ignore[attr-defined]
+            assert narrow(done, port.EngineResponseDone).status == "completed"
             assert not [e for e in events.events if isinstance(e, port.EngineError)]
             await events.stop()
         finally:
@@ -1215,18 +1240,18 @@ async def test_sessions_that_answer_pings_outlive_a_failing_health_path(backends
 async def test_drain_keeps_sessions_and_places_new_ones_elsewhere(backends: list[Gateway]) -> None:
     async with remote_engine(backends, caps=(4, 4)) as engine:
         first = await engine.open_session("first", SessionConfig())
-        assert first.backend.index == 0  # type: ignore[attr-defined]
+        assert narrow(first, RemoteSession).backend.index == 0
         engine.drain(backends[0].ws_url + "/")
         assert engine.snapshot()[0]["draining"] is True and engine.ready
         others = [await engine.open_session(f"s{i}", SessionConfig()) for i in range(2)]
-        assert [s.backend.index for s in others] == [1, 1]  # type: ignore[attr-defined]
+        assert [narrow(s, RemoteSession).backend.index for s in others] == [1, 1]
         # The drained backend's session carries on.
         events = Events(first)
         await say(first, speech(0.3))
         await events.wait(lambda e: isinstance(e, port.EngineResponseDone) and e.status == "completed")
         engine.undrain(backends[0].ws_url)
         again = await engine.open_session("again", SessionConfig())
-        assert again.backend.index == 0  # type: ignore[attr-defined]
+        assert narrow(again, RemoteSession).backend.index == 0
         with pytest.raises(KeyError):
             engine.drain("ws://127.0.0.1:1")
         # Draining every backend: nothing can be placed.
@@ -1258,7 +1283,7 @@ async def test_a_backend_that_refuses_or_fails_the_open_costs_one_retry(
     try:
         assert [b.healthy for b in engine.backends] == [True, True]
         session = await engine.open_session("s1", SessionConfig())
-        assert session.backend.index == 1  # type: ignore[attr-defined]
+        assert narrow(session, RemoteSession).backend.index == 1
         assert not engine.backends[0].healthy and "cannot connect" in str(engine.backends[0].last_error)
         await session.close("done")
     finally:
@@ -1272,7 +1297,7 @@ async def test_a_backend_that_refuses_or_fails_the_open_costs_one_retry(
         s1 = await engine.open_session("s1", SessionConfig())
         s2 = await engine.open_session("s2", SessionConfig())
         s3 = await engine.open_session("s3", SessionConfig())  # tried on "small" first: full there
-        assert [s.backend.index for s in (s1, s2, s3)] == [0, 1, 1]  # type: ignore[attr-defined]
+        assert [narrow(s, RemoteSession).backend.index for s in (s1, s2, s3)] == [0, 1, 1]
         assert placed(engine) == [1, 2] and engine.backends[0].healthy
         await s2.close("done")
         await s3.close("done")
@@ -1308,7 +1333,7 @@ async def test_a_dropped_socket_is_resumed_without_losing_audio(backends: list[G
         old.transport.abort()  # the network drops the connection; the backend lives on
         await session.append_audio(speech(0.1))  # held while resuming, sent after
         done = await events.wait(is_(port.EngineResponseDone, response_id="r1"), timeout=10)
-        assert done.status == "completed"  # type: ignore[attr-defined]
+        assert narrow(done, port.EngineResponseDone).status == "completed"
         assert session._ws is not old
         assert not [e for e in events.events if isinstance(e, port.EngineError)]
         assert abs(len(events.audio("r1")) / 2 / OUT_RATE - 1.5) < 0.05  # nothing lost, nothing twice
