@@ -9,10 +9,19 @@ or turns: the session puts items in and asks about them.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
-from duplex_gateway.session.engine_calls import AckPlayback, DeleteItem, Output
+from duplex_gateway.session.engine_calls import (
+    AckPlayback,
+    AddFunctionCall,
+    AddFunctionOutput,
+    AddItem,
+    DeleteItem,
+    EngineCall,
+    Output,
+    TruncateReply,
+)
 from duplex_gateway.vocabulary import commands as cmd
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError, openai_message
@@ -54,7 +63,8 @@ def no_such_item(code: ErrorCode, item_id: str) -> ProtocolError:
 class Conversation:
     """The items of one session's conversation, the newest :data:`MAX_ITEMS` of them."""
 
-    def __init__(self) -> None:
+    def __init__(self, new_id: Callable[[str], str]) -> None:
+        self._new_id = new_id
         self._items: OrderedDict[str, Item] = OrderedDict()
         self._last_id: str | None = None
         #: The engine's names for caller turns -> the caller's items (engines that find turns).
@@ -110,14 +120,68 @@ class Conversation:
             return self.append(record)
         return self.insert(record, None if after == "root" else after)
 
-    def check_new(self, item_id: str, after: str | None) -> None:
-        """Refuse a created item whose id is taken, or that goes after an item the conversation lacks."""
+    def place(self, command: cmd.ConversationItemCreate) -> tuple[str, str | None]:
+        """The id a created item takes and the item it goes after; refused when either is wrong."""
+        item_id = command.item_id or self._new_id("item")
         if item_id in self._items:
             raise ProtocolError(ErrorCode.INVALID_VALUE, f"item {item_id} already exists", param="item.id")
+        after = command.previous_item_id
         if after is not None and after != "root" and after not in self._items:
             raise ProtocolError(
                 ErrorCode.ITEM_NOT_FOUND, f"no item {after} to insert after", param="previous_item_id"
             )
+        return item_id, after
+
+    def add_message(
+        self, command: cmd.ConversationItemCreate, item_id: str, after: str | None, images: tuple[str, ...]
+    ) -> list[Output]:
+        """A message the client created (at :meth:`place`), with the pictures the engine sees."""
+        content_type = "input_text" if command.role != "assistant" else "output_text"
+        item = ev.ConversationItem(
+            id=item_id, role=command.role, content_type=content_type, text=command.text, images=len(images)
+        )
+        previous = self.enter(Item(item=item), after)
+        return [
+            AddItem(
+                item_id=item_id, role=command.role, text=command.text, previous_item_id=after, images=images
+            ),
+            ev.ConversationItemAdded(item=item, previous_item_id=previous),
+            ev.ConversationItemDone(item=item, previous_item_id=previous),
+        ]
+
+    def add_function_item(self, command: cmd.ConversationItemCreate) -> list[Output]:
+        """A function call (history) or a function's output enters the conversation."""
+        item_id, after = self.place(command)
+        call_id = command.call_id or self._new_id("call")
+        item = ev.ConversationItem(
+            id=item_id,
+            role=command.role,
+            content_type="",
+            kind=command.kind,
+            call_id=call_id,
+            name=command.name,
+            arguments=command.arguments,
+            output=command.output,
+        )
+        previous = self.enter(Item(item=item), after)
+        call: EngineCall
+        if command.kind == "function_call":
+            call = AddFunctionCall(
+                item_id=item_id,
+                call_id=call_id,
+                name=command.name or "",
+                arguments=command.arguments or "",
+                previous_item_id=after,
+            )
+        else:
+            call = AddFunctionOutput(
+                item_id=item_id, call_id=call_id, output=command.output or "", previous_item_id=after
+            )
+        return [
+            call,
+            ev.ConversationItemAdded(item=item, previous_item_id=previous),
+            ev.ConversationItemDone(item=item, previous_item_id=previous),
+        ]
 
     def _forget_oldest(self) -> None:
         while len(self._items) > MAX_ITEMS:
@@ -201,6 +265,35 @@ class Conversation:
             ev.PlaybackAcknowledged(
                 response_id=record.response_id, played_ms=int(played), produced_ms=int(record.produced_ms)
             ),
+        ]
+
+    def truncate(self, command: cmd.ConversationItemTruncate, *, reply_closes_it: bool) -> list[Output]:
+        """The caller heard reply message ``command.item_id`` up to ``audio_end_ms`` only.
+
+        ``reply_closes_it``: the reply is still speaking the item, and closing it (a
+        cancel, right after this) keeps the words heard; otherwise they are kept here.
+        """
+        self.require(command.item_id, ErrorCode.ITEM_TRUNCATE_INVALID_ITEM_ID)
+        record = self.assistant_item(command.item_id)
+        if command.content_index != 0:
+            raise ProtocolError(
+                ErrorCode.INVALID_VALUE,
+                "assistant items have one content part (index 0)",
+                param="content_index",
+            )
+        if command.audio_end_ms < 0:
+            raise ProtocolError(
+                ErrorCode.AUDIO_END_OUT_OF_RANGE, "audio_end_ms must not be negative", param="audio_end_ms"
+            )
+        # As OpenAI does: a point past the audio produced means all of it was heard.
+        heard = min(float(command.audio_end_ms), record.produced_ms)
+        record.heard_ms = heard
+        if not reply_closes_it:
+            record.item = replace(record.item, transcript=record.heard_words(heard))
+        assert record.response_id is not None
+        return [
+            TruncateReply(response_id=record.response_id, audio_end_ms=int(heard)),
+            ev.ConversationItemTruncated(item_id=command.item_id, content_index=0, audio_end_ms=int(heard)),
         ]
 
     # -- the engine's names for the caller's turns -----------------------------------------------

@@ -54,9 +54,10 @@ from duplex_gateway.session.engine_calls import (
     TruncateReply,
     UpdateEngine,
 )
-from duplex_gateway.session.replies import MAX_FENCED_IDS, MAX_SIDE_RESPONSES, Reply, ReplyBook, ReplyState
-from duplex_gateway.session.reply_options import check_session_tools, reply_options
-from duplex_gateway.session.turns import PartialTranscripts, TurnTracker, chunk_format
+from duplex_gateway.session.replies import MAX_SIDE_RESPONSES, Reply, ReplyBook
+from duplex_gateway.session.reply_options import reply_options
+from duplex_gateway.session.settings import Handshake, Settings
+from duplex_gateway.session.turns import TurnTracker, process_input
 from duplex_gateway.vocabulary import commands as cmd
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.errors import (
@@ -67,18 +68,12 @@ from duplex_gateway.vocabulary.errors import (
     openai_message,
 )
 from duplex_gateway.vocabulary.session_config import (
-    IGNORED_EVENT,
     LATENCY_EVENT,
-    FunctionTool,
     Modality,
     SessionConfig,
-    SessionKind,
-    ToolChoice,
-    ToolChoiceMode,
 )
 
 __all__ = [
-    "MAX_FENCED_IDS",
     "MAX_ITEMS",
     "MAX_SIDE_RESPONSES",
     "PHASE_TRANSITIONS",
@@ -113,15 +108,6 @@ __all__ = [
     "TruncateReply",
     "UpdateEngine",
 ]
-
-
-class Handshake(enum.Enum):
-    """How a connection becomes a session."""
-
-    #: OpenAI Realtime: ``session.created`` right after connect, defaults apply.
-    REALTIME = "realtime"
-    #: vLLM-Omni duplex: the first message must be ``session.update``.
-    DUPLEX = "duplex"
 
 
 # -- the session's life ----------------------------------------------------------------------
@@ -215,22 +201,29 @@ class Session:
     ) -> None:
         self.session_id = session_id
         self.capabilities = capabilities
-        self.config = defaults
         self.handshake = handshake
+        self._settings = Settings(defaults, capabilities, handshake)
         self._life = _Lifecycle(Phase.OPEN if handshake is Handshake.REALTIME else Phase.AWAITING_CONFIG)
         #: Set by the I/O layer when resume is on; announced in ``session.created``.
         self.resume_token: str | None = None
         self._new_id = new_id or _IdFactory()
-        self._conversation = Conversation()
+        self._conversation = Conversation(self._new_id)
         self._replies = ReplyBook(self._conversation, self._new_id, output_rate=capabilities.output_rate)
-        self._turns = TurnTracker(defaults.turn_detection, engine_detects_turns=capabilities.detects_turns)
-        self._partials = PartialTranscripts()
+        self._turns = TurnTracker(
+            self._conversation,
+            self._new_id,
+            defaults.turn_detection,
+            engine_detects_turns=capabilities.detects_turns,
+        )
         #: The time of the input being handled (the ``now`` the I/O layer passed in).
         self._clock: float | None = None
-        #: Kinds of input the engine does not use that the client was told of (once each).
-        self._unused_told: set[str] = set()
 
     # -- lifecycle ----------------------------------------------------------------
+
+    @property
+    def config(self) -> SessionConfig:
+        """The configuration in force: the client's, as far as the engine took it."""
+        return self._settings.config
 
     @property
     def phase(self) -> Phase:
@@ -262,7 +255,7 @@ class Session:
         if self.handshake is not Handshake.REALTIME:
             return []
         try:
-            self._checked(self.config)
+            self._settings.checked(self.config)
         except ProtocolError as exc:
             return [self._created(), self._error(exc)]
         return [self._created()]
@@ -270,25 +263,7 @@ class Session:
     @property
     def transcribing_only(self) -> bool:
         """A transcription session: turns are transcribed, never answered."""
-        return self.config.kind is SessionKind.TRANSCRIPTION
-
-    def _checked(self, config: SessionConfig) -> SessionConfig:
-        if config.kind is SessionKind.TRANSCRIPTION and not self.capabilities.input_transcription:
-            raise ProtocolError(
-                ErrorCode.INVALID_VALUE,
-                f"the {self.capabilities.name} engine cannot transcribe, so it cannot run a transcription session",
-                param="session.type",
-            )
-        check_session_tools(config, self.capabilities)
-        return config
-
-    @staticmethod
-    def _never_replies(param: str | None = None) -> ProtocolError:
-        return ProtocolError(
-            ErrorCode.INVALID_EVENT,
-            "a transcription session transcribes the caller and never replies",
-            param=param,
-        )
+        return self._settings.transcribing_only
 
     def engine_opened(self) -> list[Output]:
         """The engine session requested by :class:`OpenEngine` is ready."""
@@ -296,49 +271,26 @@ class Session:
         return [self._created()]
 
     def _created(self) -> ev.SessionCreated:
-        return ev.SessionCreated(
-            session_id=self.session_id,
-            config=self.config,
-            capabilities=self.capabilities.as_pairs(),
-            resume_token=self.resume_token,
-        )
+        return self._settings.created(self.session_id, self.resume_token)
 
     def resumed(self, attachment_generation: int) -> ev.SessionResumed:
         """The event that greets a client re-attaching to this session (socket number ``attachment_generation``)."""
-        return ev.SessionResumed(
-            session_id=self.session_id,
-            config=self.config,
-            capabilities=self.capabilities.as_pairs(),
-            resume_token=self.resume_token,
-            attachment_generation=attachment_generation,
-        )
+        return self._settings.resumed(self.session_id, self.resume_token, attachment_generation)
 
     @property
     def gateway_vad(self) -> bool:
         """Whether the gateway (not the engine) finds the ends of turns."""
-        return self.config.turn_detection is not None and not self.capabilities.detects_turns
+        return self._settings.gateway_vad
 
     @property
     def transcribes_input(self) -> bool:
-        """Whether the client gets the caller's words as transcription events.
-
-        A Realtime client asks for them (``audio.input.transcription``); vLLM-Omni's
-        duplex server sends whatever its model transcribed, asked or not.
-        """
-        return (
-            self.config.input_transcription is not None
-            or self.config.kind is SessionKind.TRANSCRIPTION
-            or self.handshake is Handshake.DUPLEX
-        )
+        """Whether the client gets the caller's words as transcription events."""
+        return self._settings.transcribes_input
 
     @property
     def engine_turns(self) -> bool:
-        """The engine's own turn-taking decides which turns get a reply (vLLM-Omni ``auto_response``).
-
-        Asked for by the client with ``extra_body.auto_response``, on an engine that
-        has native turn-taking; other engines get the gateway's rendering of it.
-        """
-        return self.capabilities.native_turns and self.config.auto_response and not self.transcribing_only
+        """The engine's own turn-taking decides which turns get a reply (vLLM-Omni ``auto_response``)."""
+        return self._settings.engine_turns
 
     @property
     def response_active(self) -> bool:
@@ -386,28 +338,20 @@ class Session:
     def _open(self, command: cmd.SessionUpdate) -> list[Output]:
         if self.phase is Phase.OPENING:
             raise ProtocolError(ErrorCode.SESSION_NOT_CONFIGURED, "the session is still opening")
-        self.config = self._checked(self.config.apply(command.session))
+        self._settings.config = self._settings.checked(self.config.apply(command.session))
         self._turns.detect_with(self.config.turn_detection)
         self._life.move(Happening.CONFIGURED)
         return [OpenEngine(config=self.config)]
 
     def _on_update(self, command: cmd.SessionUpdate, now: float) -> list[Output]:
-        before = self.config
-        after = self._checked(before.apply(command.session))
-        if after.kind is not before.kind:
-            raise ProtocolError(
-                ErrorCode.INVALID_VALUE,
-                f"this is a {before.kind.value} session; session.type cannot change "
-                "(open a new session, e.g. /v1/realtime?intent=transcription)",
-                param="session.type",
-            )
+        before, after = self.config, self._settings.updated(command.session)
         # The gateway's own part (formats, turn detection) applies at once, as the client's next
         # events expect; session.updated waits for the engine, and a refusal takes it back.
         self._set_config(after)
         return [UpdateEngine(config=after, previous=before, event_id=command.event_id)]
 
     def _set_config(self, config: SessionConfig) -> None:
-        before, self.config = self.config, config
+        before, self._settings.config = self.config, config
         if config.turn_detection != before.turn_detection:
             self._turns.end_speech()
             self._turns.detect_with(config.turn_detection)
@@ -434,25 +378,13 @@ class Session:
         ]
 
     def _on_append(self, command: cmd.InputAudioAppend, now: float) -> list[Output]:
-        fmt = chunk_format(command, self.config.input_format)
-        if not command.audio:
-            raise ProtocolError(ErrorCode.INVALID_VALUE, "audio is empty", param="audio")
-        fmt.check_length(len(command.audio))
-        # The audio is the caller's and always counts; frames sent with it go only where they are seen.
-        frames, outputs = command.video_frames, []
-        if frames and not self.capabilities.video_input:
-            frames, outputs = (), self._unused("video_frames", "camera frames (video_frames)")
         # Audio is never refused for arriving fast: the connection paces the client with backpressure.
-        outputs.insert(
-            0,
-            ProcessInput(
-                audio=command.audio,
-                format=None if fmt == self.config.input_format else fmt,
-                is_speech=command.is_speech,
-                hints=command.hints,
-                video_frames=frames,
-            ),
-        )
+        process = process_input(command, self.config.input_format)
+        outputs: list[Output] = [process]
+        # The audio is the caller's and always counts; frames sent with it go only where they are seen.
+        if process.video_frames and not self.capabilities.video_input:
+            told = self._settings.unused("video_frames", "camera frames (video_frames)")
+            outputs = [replace(process, video_frames=()), *told]
         if command.video_error is not None:
             outputs.append(
                 ev.ErrorEvent(
@@ -464,26 +396,6 @@ class Session:
             )
         return outputs
 
-    def _unused(self, kind: str, what: str) -> list[Output]:
-        """Tell the client, the first time only, that the engine does not use ``kind`` of input.
-
-        Duplex-handshake clients are told unasked; a Realtime client only if it asked
-        (``session.include``), as strict ones refuse an event type OpenAI does not define.
-        """
-        if kind in self._unused_told:
-            return []
-        if self.handshake is not Handshake.DUPLEX and IGNORED_EVENT not in self.config.include:
-            return []
-        self._unused_told.add(kind)
-        name = self.capabilities.name
-        return [
-            ev.InputIgnored(
-                input=kind,
-                engine=name,
-                message=f"the {name} engine does not use {what}: they are dropped, the rest of the input is used",
-            )
-        ]
-
     def _on_dtmf(self, command: cmd.CallDtmf, now: float) -> list[Output]:
         return [ev.DtmfReceived(digit=command.digit, received_at=command.received_at)]
 
@@ -492,24 +404,17 @@ class Session:
         return [CancelInput(), ev.InputAudioCleared()]
 
     def _on_text_append(self, command: cmd.InputTextAppend, now: float) -> list[Output]:
-        self._require_native_turns(command.type)
+        self._settings.require_native_turns(command.type)
         self._turns.text_appended()
         return [AppendText(text=command.text)]
 
     def _on_turn_signal(self, command: cmd.TurnSignal, now: float) -> list[Output]:
-        self._require_native_turns(command.type)
+        self._settings.require_native_turns(command.type)
         return [SignalTurn(event=command.event, payload=command.payload)]
-
-    def _require_native_turns(self, what: str) -> None:
-        if not self.capabilities.native_turns:
-            raise ProtocolError(
-                ErrorCode.UNSUPPORTED_BY_ENGINE,
-                f"{what} needs an engine with its own turn-taking; the {self.capabilities.name} engine has none",
-            )
 
     def _on_commit(self, command: cmd.InputAudioCommit, now: float) -> list[Output]:
         if command.create_response and self.transcribing_only:
-            raise self._never_replies(param="response_create")
+            raise self._settings.never_replies(param="response_create")
         if not self._turns.has_input:
             if command.is_speech is False:
                 return []  # vLLM-Omni takes a commit of nothing but declared silence without a word
@@ -520,24 +425,12 @@ class Session:
                 ),
             )
         if command.create_response and self.response_active:
-            raise self._already_active(param="response_create")
-        if command.create_response:
-            create = True
-        elif self.engine_turns:
-            # vLLM-Omni answers an auto_response commit by its own turn-taking (it may choose to
-            # listen); the reply, if any, is the engine's, announced when it starts.
+            raise self._replies.already_active(param="response_create")
+        create = self._settings.commit_asks_reply(command, replying=self.response_active)
+        if create is None:  # the engine's turn-taking answers the turn, if it does
             return self._commit_turn(
                 create_response=False, final=command.final, engine_decides=True, is_speech=command.is_speech
             )
-        elif self.config.auto_response and command.final:
-            # vLLM-Omni's server answers every final commit of an auto_response session, even
-            # one that says response_create: false. A turn that ends while a reply is in
-            # progress asks for no second one.
-            create = not self.response_active and not self.transcribing_only
-        elif command.create_response is None:
-            create = self.gateway_vad and self._turn_detection_creates_response()
-        else:
-            create = False
         return self._commit_turn(create_response=create)
 
     def _on_clear(self, command: cmd.InputAudioClear, now: float) -> list[Output]:
@@ -546,9 +439,9 @@ class Session:
 
     def _on_response_create(self, command: cmd.ResponseCreate, now: float) -> list[Output]:
         if self.transcribing_only:
-            raise self._never_replies()
+            raise self._settings.never_replies()
         if self.response_active and not command.out_of_band:
-            raise self._already_active()
+            raise self._replies.already_active()
         options = reply_options(command, self.config, self.capabilities, self._conversation.find)
         if command.out_of_band:
             reply = self._replies.request_out_of_band(
@@ -557,7 +450,7 @@ class Session:
         else:
             reply = self._request_reply(options.modalities)
             reply.metadata = command.metadata
-        reply.may_call = self._may_call(options.tools, options.tool_choice)
+        reply.may_call = self._settings.may_call(options.tools, options.tool_choice)
         return [
             StartResponse(response_id=reply.id, instructions=command.instructions, options=options),
             ev.ResponseCreated(
@@ -565,133 +458,31 @@ class Session:
             ),
         ]
 
-    def _already_active(self, param: str | None = None) -> ProtocolError:
-        return ProtocolError(
-            ErrorCode.RESPONSE_ALREADY_ACTIVE,
-            openai_message(
-                ErrorCode.RESPONSE_ALREADY_ACTIVE,
-                f"{self._replies.active_id}. Wait until the response is finished before creating a new one.",
-            ),
-            param=param,
-        )
-
     def _on_response_cancel(self, command: cmd.ResponseCancel, now: float) -> list[Output]:
-        side = self._replies.out_of_band(command.response_id or "")
-        if side is not None:
-            return self._replies.cancel("client_cancelled", reply=side)
-        active = self._replies.active_id
-        if active is None or (command.response_id is not None and command.response_id != active):
-            raise ProtocolError(
-                ErrorCode.RESPONSE_NOT_ACTIVE,
-                openai_message(ErrorCode.RESPONSE_NOT_ACTIVE)
-                if active is None
-                else openai_message(
-                    ErrorCode.RESPONSE_NOT_ACTIVE,
-                    f"with id {command.response_id} (the active response is {active}).",
-                ),
-                param="response_id",
-            )
-        return self._replies.cancel("client_cancelled")
+        return self._replies.cancel_asked(command.response_id)
 
     def _on_output_clear(self, command: cmd.OutputAudioClear, now: float) -> list[Output]:
-        response_id = self._replies.active_id
-        outputs = self._replies.cancel("client_cancelled") if response_id else []
-        outputs.append(ev.OutputAudioCleared(response_id=response_id))
-        return outputs
+        return self._replies.clear_output()
 
     def _on_barge_in(self, command: cmd.BargeIn, now: float) -> list[Output]:
-        return self._interrupt()
+        return self._replies.interrupt()
 
     def _on_item_create(self, command: cmd.ConversationItemCreate, now: float) -> list[Output]:
         if command.kind != "message":
-            return self._on_function_item(command)
+            return self._conversation.add_function_item(command)
         if command.role not in ("user", "assistant", "system"):
             raise ProtocolError(ErrorCode.INVALID_VALUE, f"unknown role {command.role!r}", param="item.role")
-        item_id, after = self._created_item_place(command)
+        item_id, after = self._conversation.place(command)
         images, told = command.images, []
         if images and not self.capabilities.image_input:
-            images, told = (), self._unused("input_image", "pictures (input_image)")
-        content_type = "input_text" if command.role != "assistant" else "output_text"
-        item = ev.ConversationItem(
-            id=item_id, role=command.role, content_type=content_type, text=command.text, images=len(images)
-        )
-        previous = self._conversation.enter(Item(item=item), after)
-        return [
-            *told,
-            AddItem(
-                item_id=item_id, role=command.role, text=command.text, previous_item_id=after, images=images
-            ),
-            ev.ConversationItemAdded(item=item, previous_item_id=previous),
-            ev.ConversationItemDone(item=item, previous_item_id=previous),
-        ]
-
-    def _on_function_item(self, command: cmd.ConversationItemCreate) -> list[Output]:
-        """A function call (history) or a function's output enters the conversation."""
-        item_id, after = self._created_item_place(command)
-        call_id = command.call_id or self._new_id("call")
-        item = ev.ConversationItem(
-            id=item_id,
-            role=command.role,
-            content_type="",
-            kind=command.kind,
-            call_id=call_id,
-            name=command.name,
-            arguments=command.arguments,
-            output=command.output,
-        )
-        previous = self._conversation.enter(Item(item=item), after)
-        call: EngineCall
-        if command.kind == "function_call":
-            call = AddFunctionCall(
-                item_id=item_id,
-                call_id=call_id,
-                name=command.name or "",
-                arguments=command.arguments or "",
-                previous_item_id=after,
-            )
-        else:
-            call = AddFunctionOutput(
-                item_id=item_id, call_id=call_id, output=command.output or "", previous_item_id=after
-            )
-        return [
-            call,
-            ev.ConversationItemAdded(item=item, previous_item_id=previous),
-            ev.ConversationItemDone(item=item, previous_item_id=previous),
-        ]
-
-    def _created_item_place(self, command: cmd.ConversationItemCreate) -> tuple[str, str | None]:
-        """The id a created item takes and the item it goes after; refused when either is wrong."""
-        item_id = command.item_id or self._new_id("item")
-        self._conversation.check_new(item_id, command.previous_item_id)
-        return item_id, command.previous_item_id
+            images, told = (), self._settings.unused("input_image", "pictures (input_image)")
+        return [*told, *self._conversation.add_message(command, item_id, after, images)]
 
     def _on_truncate(self, command: cmd.ConversationItemTruncate, now: float) -> list[Output]:
-        self._conversation.require(command.item_id, ErrorCode.ITEM_TRUNCATE_INVALID_ITEM_ID)
-        record = self._conversation.assistant_item(command.item_id)
-        if command.content_index != 0:
-            raise ProtocolError(
-                ErrorCode.INVALID_VALUE,
-                "assistant items have one content part (index 0)",
-                param="content_index",
-            )
-        if command.audio_end_ms < 0:
-            raise ProtocolError(
-                ErrorCode.AUDIO_END_OUT_OF_RANGE, "audio_end_ms must not be negative", param="audio_end_ms"
-            )
-        # As OpenAI does: a point past the audio produced means all of it was heard.
-        heard = min(float(command.audio_end_ms), record.produced_ms)
-        record.heard_ms = heard
-        outputs: list[Output] = []
-        if self._speaking_item() == command.item_id:
-            outputs.extend(self._replies.cancel("client_cancelled"))
-        else:
-            record.item = replace(record.item, transcript=record.heard_words(heard))
-        assert record.response_id is not None
-        outputs.append(TruncateReply(response_id=record.response_id, audio_end_ms=int(heard)))
-        outputs.append(
-            ev.ConversationItemTruncated(item_id=command.item_id, content_index=0, audio_end_ms=int(heard))
-        )
-        return outputs
+        # A reply still speaking the item stops where the caller stopped hearing it.
+        speaking = self._speaking_item() == command.item_id
+        truncated = self._conversation.truncate(command, reply_closes_it=speaking)
+        return [*(self._replies.cancel("client_cancelled") if speaking else []), *truncated]
 
     def _speaking_item(self) -> str | None:
         """The message item of the reply in the conversation in progress, once it has one."""
@@ -764,7 +555,7 @@ class Session:
         outputs: list[Output] = [ev.SpeechStarted(audio_start_ms=audio_start_ms, item_id=item_id)]
         td = self.config.turn_detection
         if td is not None and td.interrupt_response and self.response_active:
-            outputs.extend(self._interrupt())
+            outputs.extend(self._replies.interrupt())
         # The turn starts at its prefix padding: hand the engine what the ring
         # holds from there on, then stream live.
         outputs.extend(self._turns.release_ring(audio_start_ms))
@@ -782,17 +573,11 @@ class Session:
             # The detector commits a silence after the speech ended: that wait is part of the reply's latency.
             outputs.extend(
                 self._commit_turn(
-                    create_response=self._turn_detection_creates_response(),
+                    create_response=self._settings.turn_end_asks_reply(replying=self.response_active),
                     detection_ms=self._turns.detection_ms(audio_end_ms),
                 )
             )
         return outputs
-
-    def _turn_detection_creates_response(self) -> bool:
-        td = self.config.turn_detection
-        return (
-            td is not None and td.create_response and not self.response_active and not self.transcribing_only
-        )
 
     def _commit_turn(
         self,
@@ -815,21 +600,10 @@ class Session:
             engine_decides=engine_decides,
             is_speech=is_speech,
         )
-        outputs: list[Output] = [call, *self._turn_committed(item_id)]
+        outputs: list[Output] = [call, *self._turns.commit(item_id)]
         if reply is not None:
             outputs.append(ev.ResponseCreated(response_id=reply.id))
         return outputs
-
-    def _turn_committed(self, item_id: str) -> list[Output]:
-        """The caller's turn is ``item_id`` in the conversation from now on."""
-        turn_ms = self._turns.take_turn()
-        item = ev.ConversationItem(id=item_id, role="user", content_type="input_audio")
-        previous = self._conversation.append(Item(item=item, produced_ms=turn_ms))
-        return [
-            ev.InputAudioCommitted(item_id=item_id, previous_item_id=previous),
-            ev.ConversationItemAdded(item=item, previous_item_id=previous),
-            ev.ConversationItemDone(item=item, previous_item_id=previous),
-        ]
 
     def _request_reply(self, modalities: tuple[Modality, ...]) -> Reply:
         """A new reply in the conversation: the caller's silence no longer ends a turn for them."""
@@ -837,11 +611,8 @@ class Session:
         return self._replies.request(
             modalities,
             requested_at=self._clock,
-            may_call=self._may_call(self.config.tools, self.config.tool_choice),
+            may_call=self._settings.replies_may_call,
         )
-
-    def _may_call(self, tools: tuple[FunctionTool, ...], choice: ToolChoice) -> bool:
-        return bool(tools) and choice.mode is not ToolChoiceMode.NONE and self.capabilities.tools
 
     # -- the clock ------------------------------------------------------------------------
 
@@ -885,26 +656,12 @@ class Session:
         return handler(self, event, now) if handler is not None else []
 
     def _on_response_started(self, event: port.EngineResponseStarted, now: float | None) -> list[Output]:
-        replies = self._replies
-        if replies.fenced(event.response_id):
-            return []
-        live = replies.live(event.response_id)
-        if live is not None:
-            return replies.started(live)
-        # The engine moved on to a reply of its own: stop the one it left behind.
-        outputs = replies.cancel("superseded")
-        # A reply the engine started by itself (its own turn detection).
-        reply = Reply(
-            id=event.response_id,
+        return self._replies.engine_started(
+            event.response_id,
             modalities=self.config.output_modalities,
             requested_at=self._clock,
-            turn_item_id=self._conversation.last_caller_item(),
-            may_call=self._may_call(self.config.tools, self.config.tool_choice),
+            may_call=self._settings.replies_may_call,
         )
-        replies.adopt(reply)
-        outputs.append(ev.ResponseCreated(response_id=reply.id))
-        outputs.extend(replies.started(reply))
-        return outputs
 
     def _on_timings(self, event: port.EngineTimings, now: float | None) -> list[Output]:
         self._replies.timings(event)
@@ -944,63 +701,27 @@ class Session:
         return started
 
     def _on_speech_stopped(self, event: port.EngineSpeechStopped, now: float | None) -> list[Output]:
-        item_id = self._turns.stopped_by_engine()  # committed when the engine says it committed the turn
-        if item_id is None:
-            return []
-        self._conversation.name_for_engine(event.item_id, item_id)
-        return [ev.SpeechStopped(audio_end_ms=event.audio_end_ms, item_id=item_id)]
+        return self._turns.stopped_by_engine(event)
 
     def _on_turn_committed(self, event: port.EngineTurnCommitted, now: float | None) -> list[Output]:
-        """The engine committed a caller turn; one it ended by itself is announced now."""
-        engine_item_id, conversation, turns = event.item_id, self._conversation, self._turns
-        if not engine_item_id or engine_item_id in conversation:
-            return []  # the gateway committed it, under this very id
-        named = conversation.engine_named(engine_item_id)
-        if named is not None and named in conversation:
-            return []
-        item_id = named or turns.stopped_item_id or turns.speech_item_id or self._new_id("item")
-        turns.committed_by_engine(item_id)
-        conversation.name_for_engine(engine_item_id, item_id)
-        return self._turn_committed(item_id)
+        return self._turns.committed_by_engine(event)
 
     def _on_listen(self, event: port.EngineListen, now: float | None) -> list[Output]:
         return [ev.ResponseListen(response_id=event.response_id, reason=event.reason)]
 
     def _on_speak(self, event: port.EngineSpeak, now: float | None) -> list[Output]:
-        active = self._replies.active
-        item_id = active.item_id if active is not None and active.id == event.response_id else None
-        return [ev.ResponseSpeak(response_id=event.response_id, item_id=item_id)]
+        return [self._replies.speaking(event)]
 
     def _on_overlap_decision(self, event: port.EngineOverlapDecision, now: float | None) -> list[Output]:
         return [ev.OverlapDecision(policy=event.policy, action=event.action, reason=event.reason)]
 
     def _on_input_transcript(self, event: port.EngineInputTranscript, now: float | None) -> list[Output]:
-        turns = self._turns
-        item_id = (
-            self._conversation.caller_item(event.item_id)
-            or event.item_id
-            or turns.speech_item_id
-            or turns.stopped_item_id
-            or self._conversation.last_caller_item()
-            or ""
-        )
-        if not event.final:
-            return list(self._partials.delta(item_id, event.text)) if self.transcribes_input else []
-        record = self._conversation.get(item_id)
-        if record is not None:
-            record.item = replace(record.item, transcript=event.text)
-        if not self.transcribes_input:
-            return []
-        audio_ms = record.produced_ms if record is not None else 0.0
-        return [ev.InputTranscriptionCompleted(item_id=item_id, transcript=event.text, audio_ms=audio_ms)]
+        return self._turns.caller_words(event, tell_client=self.transcribes_input)
 
     def _on_input_transcript_failed(
         self, event: port.EngineInputTranscriptFailed, now: float | None
     ) -> list[Output]:
-        if not self.transcribes_input:
-            return []
-        item_id = self._conversation.caller_item(event.item_id) or event.item_id
-        return [ev.InputTranscriptionFailed(item_id=item_id, code=event.code, message=event.message)]
+        return self._turns.caller_words_failed(event) if self.transcribes_input else []
 
     def _on_engine_error(self, event: port.EngineError, now: float | None) -> list[Output]:
         outputs: list[Output] = [
@@ -1018,19 +739,6 @@ class Session:
     ] = {}
 
     # -- ending replies and the session ---------------------------------------------------------
-
-    def _interrupt(self) -> list[Output]:
-        """The caller spoke over the reply: fence it, tell the engine, close it out."""
-        outputs: list[Output] = []
-        active = self._replies.active
-        if active is not None:
-            # A reply the engine has not started yet is cancelled by name: a barge-in
-            # stops what is playing, not what is still being prepared.
-            outputs.extend(
-                self._replies.cancel("turn_detected", engine_call=active.state is ReplyState.REQUESTED)
-            )
-        outputs.append(BargeInEngine())
-        return outputs
 
     def _close(self, reason: str, code: CloseCode, *, engine_gone: bool = False) -> list[Output]:
         outputs: list[Output] = [] if engine_gone else self._replies.cancel_every("client_cancelled")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from duplex_gateway.engine import port
 from duplex_gateway.session.conversation import Conversation, Item
-from duplex_gateway.session.engine_calls import CancelResponse, Output, ReportLatency
+from duplex_gateway.session.engine_calls import BargeInEngine, CancelResponse, Output, ReportLatency
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError, openai_message
 from duplex_gateway.vocabulary.session_config import Modality
@@ -213,6 +213,17 @@ class ReplyBook:
         self._active = reply
         return reply
 
+    def already_active(self, param: str | None = None) -> ProtocolError:
+        """OpenAI's refusal of a second reply in the conversation while one is in progress."""
+        return ProtocolError(
+            ErrorCode.RESPONSE_ALREADY_ACTIVE,
+            openai_message(
+                ErrorCode.RESPONSE_ALREADY_ACTIVE,
+                f"{self.active_id}. Wait until the response is finished before creating a new one.",
+            ),
+            param=param,
+        )
+
     def request_out_of_band(
         self,
         modalities: tuple[Modality, ...],
@@ -240,18 +251,50 @@ class ReplyBook:
         self._side[reply.id] = reply
         return reply
 
-    def adopt(self, reply: Reply) -> None:
-        """A reply the engine started by itself (its own turn detection) is the conversation's now."""
-        assert self._active is None
-        self._active = reply
-
     # -- the engine's output --------------------------------------------------------------------
 
-    def started(self, reply: Reply) -> list[Output]:
-        """The engine started ``reply``: a reply that cannot call a function opens its message now."""
+    def engine_started(
+        self,
+        response_id: str,
+        *,
+        modalities: tuple[Modality, ...],
+        requested_at: float | None,
+        may_call: bool,
+    ) -> list[Output]:
+        """The engine says it started ``response_id``: one the session asked for, or one of its own.
+
+        ``modalities`` and ``may_call`` are what a reply of the engine's own takes.
+        """
+        if response_id in self._fence:
+            return []
+        live = self.live(response_id)
+        if live is not None:
+            return self._started(live)
+        # The engine moved on to a reply of its own (its own turn detection): stop the one it left behind.
+        outputs = self.cancel("superseded")
+        reply = Reply(
+            id=response_id,
+            modalities=modalities,
+            requested_at=requested_at,
+            turn_item_id=self._conversation.last_caller_item(),
+            may_call=may_call,
+        )
+        self._active = reply
+        outputs.append(ev.ResponseCreated(response_id=response_id))
+        outputs.extend(self._started(reply))
+        return outputs
+
+    def _started(self, reply: Reply) -> list[Output]:
+        """A reply that cannot call a function opens its message when the engine starts it."""
         opens = reply.state is ReplyState.REQUESTED and reply.item_id is None and not reply.may_call
         reply.move(ReplyHappening.STARTED)
         return self._open_message(reply) if opens else []
+
+    def speaking(self, event: port.EngineSpeak) -> ev.ResponseSpeak:
+        """The engine's turn-taking chose to speak ``event.response_id``: with its item, once it has one."""
+        active = self._active
+        item_id = active.item_id if active is not None and active.id == event.response_id else None
+        return ev.ResponseSpeak(response_id=event.response_id, item_id=item_id)
 
     def output(
         self,
@@ -460,6 +503,43 @@ class ReplyBook:
         outputs: list[Output] = [CancelResponse(response_id=reply.id)] if engine_call else []
         outputs.extend(self._close_out(reply, "cancelled", reason))
         return outputs
+
+    def interrupt(self) -> list[Output]:
+        """The caller spoke over the reply: fence it, tell the engine, close it out."""
+        outputs: list[Output] = []
+        active = self._active
+        if active is not None:
+            # A reply the engine has not started yet is cancelled by name: a barge-in
+            # stops what is playing, not what is still being prepared.
+            outputs.extend(self.cancel("turn_detected", engine_call=active.state is ReplyState.REQUESTED))
+        outputs.append(BargeInEngine())
+        return outputs
+
+    def clear_output(self) -> list[Output]:
+        """The client dropped the reply audio it had not played: the reply making it stops."""
+        response_id = self.active_id
+        outputs = self.cancel("client_cancelled") if response_id else []
+        outputs.append(ev.OutputAudioCleared(response_id=response_id))
+        return outputs
+
+    def cancel_asked(self, response_id: str | None) -> list[Output]:
+        """The client's ``response.cancel``: the out-of-band reply it names, else the conversation's."""
+        side = self._side.get(response_id or "")
+        if side is not None:
+            return self.cancel("client_cancelled", reply=side)
+        active = self.active_id
+        if active is None or (response_id is not None and response_id != active):
+            raise ProtocolError(
+                ErrorCode.RESPONSE_NOT_ACTIVE,
+                openai_message(ErrorCode.RESPONSE_NOT_ACTIVE)
+                if active is None
+                else openai_message(
+                    ErrorCode.RESPONSE_NOT_ACTIVE,
+                    f"with id {response_id} (the active response is {active}).",
+                ),
+                param="response_id",
+            )
+        return self.cancel("client_cancelled")
 
     def cancel_every(self, reason: str) -> list[Output]:
         """The session is closing: every reply in progress is cancelled (the engine is told by its close)."""

@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from duplex_gateway.audio.vad import TurnDetector, TurnEvent
-from duplex_gateway.session.engine_calls import AppendAudio
+from duplex_gateway.engine import port
+from duplex_gateway.session.conversation import Conversation, Item
+from duplex_gateway.session.engine_calls import AppendAudio, Output, ProcessInput
 from duplex_gateway.vocabulary import commands as cmd
 from duplex_gateway.vocabulary import events as ev
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
 from duplex_gateway.vocabulary.formats import AudioFormat
 from duplex_gateway.vocabulary.session_config import TurnDetection, TurnDetectionMode
 
-__all__ = ["PartialTranscripts", "TurnTracker", "chunk_format"]
+__all__ = ["PartialTranscripts", "TurnTracker", "process_input"]
 
 #: Audio kept before speech onset so the turn includes its prefix padding,
 #: plus room for the detector's confirmation delay.
@@ -31,7 +35,17 @@ _RING_SLACK_MS = 400
 class TurnTracker:
     """The caller's turn in progress, on the input clock (ms of caller audio since the session began)."""
 
-    def __init__(self, turn_detection: TurnDetection | None, *, engine_detects_turns: bool) -> None:
+    def __init__(
+        self,
+        conversation: Conversation,
+        new_id: Callable[[str], str],
+        turn_detection: TurnDetection | None,
+        *,
+        engine_detects_turns: bool,
+    ) -> None:
+        self._conversation = conversation
+        self._new_id = new_id
+        self._partials = PartialTranscripts()
         self._engine_detects_turns = engine_detects_turns
         self._turn_detection = turn_detection
         self._detector = self._make_detector()
@@ -174,26 +188,68 @@ class TurnTracker:
         item_id, self._speech_item_id = self._speech_item_id, None
         return item_id
 
-    def stopped_by_engine(self) -> str | None:
+    def commit(self, item_id: str) -> list[Output]:
+        """The caller's turn is ``item_id`` in the conversation from now on; the next turn starts empty."""
+        turn_ms, self._buffered_ms = self._buffered_ms, 0.0
+        self._buffered_text = False
+        item = ev.ConversationItem(id=item_id, role="user", content_type="input_audio")
+        previous = self._conversation.append(Item(item=item, produced_ms=turn_ms))
+        return [
+            ev.InputAudioCommitted(item_id=item_id, previous_item_id=previous),
+            ev.ConversationItemAdded(item=item, previous_item_id=previous),
+            ev.ConversationItemDone(item=item, previous_item_id=previous),
+        ]
+
+    def stopped_by_engine(self, event: port.EngineSpeechStopped) -> list[Output]:
         """The engine found the end of the turn being spoken; it is committed when the engine says so."""
         item_id = self._speech_item_id
         if item_id is None:
-            return None
+            return []
         self._speech_item_id = None
         self._stopped_item_id = item_id
-        return item_id
+        self._conversation.name_for_engine(event.item_id, item_id)
+        return [ev.SpeechStopped(audio_end_ms=event.audio_end_ms, item_id=item_id)]
 
-    def committed_by_engine(self, item_id: str) -> None:
-        """The engine committed the caller's turn ``item_id``."""
+    def committed_by_engine(self, event: port.EngineTurnCommitted) -> list[Output]:
+        """The engine committed a caller turn; one it ended by itself is announced now."""
+        engine_item_id, conversation = event.item_id, self._conversation
+        if not engine_item_id or engine_item_id in conversation:
+            return []  # the gateway committed it, under this very id
+        named = conversation.engine_named(engine_item_id)
+        if named is not None and named in conversation:
+            return []
+        item_id = named or self._stopped_item_id or self._speech_item_id or self._new_id("item")
         if item_id == self._speech_item_id:
             self.end_speech()
         self._stopped_item_id = None
+        conversation.name_for_engine(engine_item_id, item_id)
+        return self.commit(item_id)
 
-    def take_turn(self) -> float:
-        """The turn is committed: the ms of audio it holds; the next turn starts empty."""
-        turn_ms, self._buffered_ms = self._buffered_ms, 0.0
-        self._buffered_text = False
-        return turn_ms
+    def caller_words(self, event: port.EngineInputTranscript, *, tell_client: bool) -> list[Output]:
+        """The engine's transcript of a caller's turn (a running hypothesis, or the final words)."""
+        conversation = self._conversation
+        item_id = (
+            conversation.caller_item(event.item_id)
+            or event.item_id
+            or self._speech_item_id
+            or self._stopped_item_id
+            or conversation.last_caller_item()
+            or ""
+        )
+        if not event.final:
+            return list(self._partials.delta(item_id, event.text)) if tell_client else []
+        record = conversation.get(item_id)
+        if record is not None:
+            record.item = replace(record.item, transcript=event.text)
+        if not tell_client:
+            return []
+        audio_ms = record.produced_ms if record is not None else 0.0
+        return [ev.InputTranscriptionCompleted(item_id=item_id, transcript=event.text, audio_ms=audio_ms)]
+
+    def caller_words_failed(self, event: port.EngineInputTranscriptFailed) -> list[Output]:
+        """The engine could not transcribe a caller's turn."""
+        item_id = self._conversation.caller_item(event.item_id) or event.item_id
+        return [ev.InputTranscriptionFailed(item_id=item_id, code=event.code, message=event.message)]
 
     def detection_ms(self, audio_end_ms: int) -> float:
         """How long after the end of the caller's speech the detector ended the turn.
@@ -272,7 +328,22 @@ class PartialTranscripts:
         ]
 
 
-def chunk_format(command: cmd.InputAudioAppend, session: AudioFormat) -> AudioFormat:
+def process_input(command: cmd.InputAudioAppend, session_format: AudioFormat) -> ProcessInput:
+    """The caller audio of ``command``, checked, for the host's input stage (with its camera frames)."""
+    fmt = _chunk_format(command, session_format)
+    if not command.audio:
+        raise ProtocolError(ErrorCode.INVALID_VALUE, "audio is empty", param="audio")
+    fmt.check_length(len(command.audio))
+    return ProcessInput(
+        audio=command.audio,
+        format=None if fmt == session_format else fmt,
+        is_speech=command.is_speech,
+        hints=command.hints,
+        video_frames=command.video_frames,
+    )
+
+
+def _chunk_format(command: cmd.InputAudioAppend, session: AudioFormat) -> AudioFormat:
     """The format of one chunk: what the client declared for it, ``session``'s for the rest."""
     if command.encoding is None and command.rate is None:
         return session
