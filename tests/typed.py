@@ -7,16 +7,17 @@ in place of a ``# type: ignore`` on the line that reads the value::
 
     assert narrow(out[0], ev.ErrorEvent).code is ErrorCode.INVALID_VALUE
     (done,) = only(out, ev.ResponseDone)
+    assert json_at(wire, "session", "tools", 0) == {"type": "function", "name": "f"}
 
 They change how a value is reached, never what a test compares it with.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
-__all__ = ["first", "narrow", "only"]
+__all__ = ["first", "json_at", "narrow", "only"]
 
 T = TypeVar("T")
 
@@ -38,3 +39,15 @@ def first(outputs: Iterable[object], kind: type[T]) -> T:
     found = only(items, kind)
     assert found, f"no {kind.__name__} among {items!r}"
     return found[0]
+
+
+def json_at(value: object, *path: str | int) -> object:
+    """What ``value[path[0]][path[1]]...`` holds in decoded JSON: a key reads an object, an index an array."""
+    for step in path:
+        if isinstance(step, str):
+            assert isinstance(value, Mapping), f"[{step!r}] of {value!r}"
+            value = value[step]
+        else:
+            assert isinstance(value, Sequence), f"[{step!r}] of {value!r}"
+            value = value[step]
+    return value

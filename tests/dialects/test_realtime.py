@@ -114,6 +114,7 @@ from duplex_gateway.vocabulary.session_config import (
     TurnDetectionMode,
 )
 from tests.sdk_models import EXTENSION_EVENTS, validate_server_event
+from tests.typed import json_at
 
 MAX = 1 << 20
 PCM16 = Encoding.PCM16
@@ -333,9 +334,9 @@ def test_vllm_omni_session_fields_are_read_and_echoed() -> None:
     assert beta["max_response_output_tokens"] == ga["max_output_tokens"] == 256
     assert (
         beta["input_audio_noise_reduction"]
-        == ga["audio"]["input"]["noise_reduction"]
+        == json_at(ga, "audio", "input", "noise_reduction")
         == {"type": "far_field"}
-    )  # type: ignore[index]
+    )
     # null puts a field back to the engine's default; "inf" is no limit.
     assert (
         SessionConfig().apply(patch_of({"temperature": None, "max_output_tokens": "inf"})).temperature is None
@@ -2217,7 +2218,7 @@ def test_session_include_asks_for_the_latency_breakdown_and_refuses_unknown_name
         patch_of({"include": ["everything"]})
     assert refused.value.code is ErrorCode.INVALID_VALUE and refused.value.param == "session.include[0]"
     wire = ga(SessionUpdated(session_id="s", config=SessionConfig(include=("turn.latency",))))
-    assert wire["session"]["include"] == ["turn.latency"]  # type: ignore[index]
+    assert json_at(wire, "session", "include") == ["turn.latency"]
 
 
 def test_function_items_and_response_options_parse() -> None:
@@ -2319,13 +2320,13 @@ def test_session_tools_round_trip_in_both_shapes() -> None:
     for beta in (False, True):
         wire = render(SessionUpdated(session_id="s", config=config), beta=beta)
         assert wire is not None
-        assert wire["session"]["tools"][1] == {  # type: ignore[index]
+        assert json_at(wire, "session", "tools", 1) == {
             "type": "function",
             "name": "b",
             "description": "",
             "parameters": {},
         }
-        assert wire["session"]["tool_choice"] == "required"  # type: ignore[index]
+        assert json_at(wire, "session", "tool_choice") == "required"
         validate_server_event(wire, beta=beta)
     with pytest.raises(ProtocolError) as twice:
         patch_of({"tools": [tools[0], tools[0]]})
@@ -2338,5 +2339,5 @@ def test_a_forced_function_is_an_object_for_ga_and_required_for_beta() -> None:
     )
     for beta, expected in ((False, {"type": "function", "name": "f"}), (True, "required")):
         wire = render(SessionUpdated(session_id="s", config=config), beta=beta)
-        assert wire is not None and wire["session"]["tool_choice"] == expected  # type: ignore[index]
+        assert wire is not None and json_at(wire, "session", "tool_choice") == expected
         validate_server_event(wire, beta=beta)
