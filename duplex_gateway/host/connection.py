@@ -35,7 +35,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
-from duplex_gateway.audio.stage import InputStage, OutputStage
+from duplex_gateway.audio.stage import OutputStage
 from duplex_gateway.audio.vad_batch import VadBatcher
 from duplex_gateway.config import GatewaySettings
 from duplex_gateway.dialects.base import Dialect, PacedDialect
@@ -55,6 +55,7 @@ from duplex_gateway.host.outbox import Outbox
 from duplex_gateway.host.pacing import Pacer
 from duplex_gateway.host.reader import INPUT_SLICE_MS, Outcome, Reader
 from duplex_gateway.host.resumption import Journal, ResumeRegistry, new_resume_token
+from duplex_gateway.host.takeover import Takeover, replaced_close
 from duplex_gateway.host.transport import Attachment, Close
 from duplex_gateway.ops.logs import bind_session
 from duplex_gateway.ops.metrics import GatewayMetrics
@@ -76,8 +77,7 @@ from duplex_gateway.session.machine import (
 )
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.commands import SessionClose, SessionResume
-from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
-from duplex_gateway.vocabulary.formats import AudioFormat
+from duplex_gateway.vocabulary.errors import ProtocolError
 from duplex_gateway.vocabulary.frames import Socket
 from duplex_gateway.vocabulary.session_config import CLOSING_EVENT, SessionConfig
 
@@ -115,7 +115,6 @@ class Connection:
         self._limits = limits
         self._registry = registry
         self._dialect = dialect
-        self._vad = vad
         self._resumes = resumes if limits.resume_grace_s > 0 else None
         self.session = Session(
             session_id=session_id,
@@ -133,19 +132,15 @@ class Connection:
         self._pump: asyncio.Task[None] | None = None
         self._closing: Close | None = None
         self._ended = asyncio.Event()
-        self._resumed = asyncio.Event()
         #: The wait for a detached session's client to come back, and a detached session's end.
         self._grace: asyncio.Task[None] | None = None
         self._releasing: asyncio.Task[None] | None = None
-        #: Sockets that have served this session, the current one included.
-        self._generation = 0
         self._deadline = 0.0
-        self._input: InputStage | None = None
         # The session's own clock-driven work (Session.next_timer), e.g. idle_timeout_ms.
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
-        #: The close (4002) of a client that stopped reading, waiting for its socket to take it.
-        self._stalled_close: asyncio.Task[None] | None = None
+        #: The socket of a client that stopped reading, whose close (4002) is on its way.
+        self._stalled: Attachment | None = None
         # Metrics and the summary line: the dialect's name for labels (a call's carrier refines it).
         self._metrics = metrics if metrics is not None else GatewayMetrics(engine.capabilities.name)
         self._dialect_name = dialect_name
@@ -161,7 +156,7 @@ class Connection:
                 dialect,
                 send=lambda frame: self._outbox.send_frame(frame),
                 stopped=lambda: self._closing is not None,
-                failed=lambda: self._fail(Failure.INTERNAL),
+                failed=lambda: self.fail(Failure.INTERNAL),
                 name=session_id,
             )
             if isinstance(dialect, PacedDialect)
@@ -181,9 +176,23 @@ class Connection:
             self.session,
             dialect,
             limits=limits,
+            input_rate=engine.capabilities.input_rate,
+            vad=vad,
             stats=self._stats,
             recorder=recorder,
             pacer=self._pacer,
+        )
+        self._takeover = Takeover(
+            self,
+            self.session,
+            dialect,
+            resumes=self._resumes,
+            outbox=self._outbox,
+            reader=self._reader,
+            metrics=self._metrics,
+            stats=self._stats,
+            send_timeout_s=limits.send_timeout_s,
+            send_error=self.send_error,
         )
 
     @property
@@ -248,7 +257,7 @@ class Connection:
         bind_session(self.session_id)
         self._stats.started_at = asyncio.get_running_loop().time()
         self._outbox.attachment = self._attach(self._first_socket)
-        self._generation = 1
+        self._takeover.generation = 1
         self._deadline = asyncio.get_running_loop().time() + self._limits.max_session_s
         # The Realtime handshake opens the engine at once, so it is admitted now. The duplex
         # handshake is admitted when its session.update opens the engine: its first message
@@ -267,48 +276,20 @@ class Connection:
                 outcome = await self._reader.run(self._outbox.attachment)
         except Exception:  # a bug must cost this session only, never the server
             logger.exception("session %s failed", self.session_id)
-            self._fail(Failure.INTERNAL)
+            self.fail(Failure.INTERNAL)
         await self._after(outcome)
 
     async def resume(self, socket: Socket, last_seq: int) -> None:
-        """Attach ``socket`` to this session, replay what it missed, and serve it.
-
-        The session may still be attached: its client lost a connection this gateway has
-        not noticed yet. That socket is told ``session.replaced`` and let go.
-        """
-        replaced = self._outbox.attachment
-        if replaced is not None:
-            replaced.send(
-                self._dialect.render_unsequenced(
-                    ev.SessionReplaced(session_id=self.session_id, attachment_generation=self._generation)
-                )
-            )
-            replaced.close_after(self._close_for(Failure.REPLACED))
-            # Its reader may wait on a socket that will never say another word.
-            self._reader.supersede(replaced)
-            logger.info("session %s taken over by a new connection", self.session_id)
-        bind_session(self.session_id)
-        self._metrics.resume("resumed")
-        self._stats.resumes += 1
-        self._resumed.set()
-        self._generation += 1
-        self.resume_token = new_resume_token()
-        self.session.resume_token = self.resume_token
-        attachment = self._outbox.attachment = self._attach(socket)
-        if self._resumes is not None:
-            self._resumes.attach(self)
+        """Attach ``socket`` to this session, replay what it missed, and serve it (see :class:`Takeover`)."""
+        attachment = self._attach(socket)
+        self.resume_token = self._takeover.take(attachment)
         outcome = Outcome.CLOSED
         try:
-            # session.resumed carries no sequence number, as vLLM-Omni sends it: DuplexClient
-            # drops an event numbered at or below its last seen one as a replayed duplicate,
-            # and with it the new resume_token, so its next resume would fail.
-            attachment.send(self._dialect.render_unsequenced(self.session.resumed(self._generation)))
-            self._outbox.replay(attachment, last_seq)
-            logger.info("session %s resumed after event %d", self.session_id, last_seq)
+            self._takeover.greet(attachment, last_seq)
             outcome = await self._reader.run(attachment)
         except Exception:
             logger.exception("session %s failed", self.session_id)
-            self._fail(Failure.INTERNAL)
+            self.fail(Failure.INTERNAL)
         await self._after(outcome)
 
     async def _after(self, outcome: Outcome) -> None:
@@ -317,7 +298,7 @@ class Connection:
             task = asyncio.current_task()
             replaced = self._reader.superseded.pop(task) if task is not None else None
             if replaced is not None:
-                await replaced.finish(self._close_for(Failure.REPLACED), self._limits.send_timeout_s)
+                await replaced.finish(replaced_close(), self._limits.send_timeout_s)
             return
         if outcome is Outcome.HANDED_OVER:
             # Nothing was opened for this connection; the socket now belongs to another session.
@@ -330,35 +311,17 @@ class Connection:
             await self._stop_attachment()
             if self._outbox.attachment is not None:
                 return  # the client came back while the old socket was being let go
-            assert self._resumes is not None
-            self._resumed.clear()
-            self._resumes.park(self)
+            self._takeover.park(self._limits.resume_grace_s)
             self._grace = asyncio.create_task(self._await_resume(), name=f"grace:{self.session_id}")
-            logger.info(
-                "session %s detached; resumable for %g s", self.session_id, self._limits.resume_grace_s
-            )
             return
         await self._end_attachment()
         await self._release()
         await self._await_stalled_close()
 
     async def _await_stalled_close(self) -> None:
-        """Give a stalled client's 4002 ``send_timeout_s`` to go out, then let the socket go.
-
-        The close waits behind what the client has not read: returning before it is written
-        would have the server drop the connection without it (the client saw 1006). A client
-        that never reads again is not waited for longer, and no task is left behind.
-        """
-        task, self._stalled_close = self._stalled_close, None
-        if task is None:
-            return
-        try:
-            async with asyncio.timeout(self._limits.send_timeout_s):
-                await asyncio.shield(task)
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        stalled, self._stalled = self._stalled, None
+        if stalled is not None:
+            await stalled.await_stalled_close(self._limits.send_timeout_s)
 
     def _resumable(self) -> bool:
         return (
@@ -371,57 +334,13 @@ class Connection:
 
     async def _await_resume(self) -> None:
         grace = min(self._limits.resume_grace_s, max(0.0, self._deadline - asyncio.get_running_loop().time()))
-        waits = {asyncio.ensure_future(self._resumed.wait()), asyncio.ensure_future(self._ended.wait())}
-        try:
-            await asyncio.wait(waits, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waits:
-                waiter.cancel()
-        if self._resumed.is_set():
-            return
-        assert self._resumes is not None
-        self._resumes.unpark(self)
-        if not self._ended.is_set():
-            self._metrics.resume("expired")
-        logger.info("session %s was not resumed in time; ending it", self.session_id)
-        self.expire(Failure.RESUME_TIMEOUT, "the client did not come back")
-        await self._release()
+        if not await self._takeover.await_return(grace, self._ended):
+            self.expire(Failure.RESUME_TIMEOUT, "the client did not come back")
+            await self._release()
 
     async def hand_over(self, command: SessionResume) -> bool:
         """Give this socket to the detached session ``command`` names; False if refused."""
-        if self._resumes is None:
-            self._metrics.resume("disabled")
-            self.send_error(
-                ProtocolError(
-                    ErrorCode.INVALID_RESUME_TOKEN, "session resume is turned off", event_id=command.event_id
-                )
-            )
-            return False
-        try:
-            target = self._resumes.claim(
-                command.session_id, command.resume_token, command.last_received_server_event_seq
-            )
-        except ProtocolError as exc:
-            self._metrics.resume("gap" if exc.code is ErrorCode.RESUME_GAP else "refused")
-            attachment = self._outbox.attachment
-            if exc.code is ErrorCode.RESUME_GAP and attachment is not None:
-                # vLLM-Omni's answer: the client must start over (its DuplexClient gives up
-                # at once instead of retrying a resume that cannot succeed).
-                attachment.send(
-                    self._dialect.render_unsequenced(
-                        ev.SessionResyncRequired(session_id=command.session_id, reason="journal_gap")
-                    )
-                )
-            else:
-                self.send_error(exc.with_event_id(command.event_id))
-            return False
-        attachment = self._outbox.attachment
-        assert attachment is not None
-        # Stop this connection's writer first so only the resumed session writes to the socket.
-        await attachment.finish(None, self._limits.send_timeout_s)
-        self._outbox.attachment = None
-        await target.resume(attachment.socket, command.last_received_server_event_seq)
-        return True
+        return await self._takeover.hand_over(command)
 
     async def shut_down(self) -> None:
         """Close this session because the gateway is stopping (close code 1001)."""
@@ -465,9 +384,9 @@ class Connection:
             self._stats.admitted(self._metrics.labels(self.dialect_label))
             return True
         if self._registry.draining:
-            self._fail(Failure.GATEWAY_DRAINING, "the gateway is shutting down; connect again")
+            self.fail(Failure.GATEWAY_DRAINING, "the gateway is shutting down; connect again")
             return False
-        self._fail(
+        self.fail(
             Failure.GATEWAY_FULL,
             f"the gateway is at its limit of {self._registry.max_sessions} sessions; try again later",
         )
@@ -475,11 +394,8 @@ class Connection:
 
     # -- failures -------------------------------------------------------------------------
 
-    def fail(self, failure: Failure, message: str, *, param: str | None = None) -> None:
+    def fail(self, failure: Failure, message: str = "", *, param: str | None = None) -> None:
         """Tell the client ``failure`` and close, as the failure table says."""
-        self._fail(failure, message, param=param)
-
-    def _fail(self, failure: Failure, message: str = "", *, param: str | None = None) -> None:
         verdict = FAILURES[failure]
         if verdict.error is not None:
             self._outbox.emit(ev.ErrorEvent(code=verdict.error, message=message, param=param))
@@ -525,15 +441,10 @@ class Connection:
             return  # a socket the session was taken from: nobody reads it, and nobody needs to
         # The client stopped reading: nothing more can reach it, so close at once.
         logger.warning("session %s closed: the client did not read its events", self.session_id)
-        close = self._closing = self._close_for(Failure.SLOW_CONSUMER)
-        self._stalled_close = asyncio.get_running_loop().create_task(
-            self._close_stalled(attachment.socket, close), name=f"stalled:{self.session_id}"
-        )
+        self._closing = self._close_for(Failure.SLOW_CONSUMER)
+        attachment.close_stalled(self._closing)
+        self._stalled = attachment
         self._reader.stop()
-
-    async def _close_stalled(self, socket: Socket, close: Close) -> None:
-        with contextlib.suppress(Exception):
-            await socket.close(int(close.code), close.reason)
 
     async def _stop_attachment(self) -> None:
         """Let go of the socket without closing it (it dropped, or it now serves another session)."""
@@ -633,7 +544,7 @@ class Connection:
             refused = engine_open_failure(exc)
             if refused is None:
                 raise
-            self._fail(*refused)
+            self.fail(*refused)
             return False
         rate = self._engine.capabilities.input_rate
         self._link = EngineLink(
@@ -668,7 +579,7 @@ class Connection:
             self.apply(self.session.engine_update_refused(call, code=code, message=message))
             self._reader.update_settled()
             return
-        self._fail(*engine_call_failure(exc))
+        self.fail(*engine_call_failure(exc))
 
     async def _pump_engine(self, engine_session: port.EngineSession) -> None:
         loop = asyncio.get_running_loop()
@@ -727,35 +638,18 @@ class Connection:
             if isinstance(call, UpdateEngine):  # no engine session to refuse it
                 self.apply(self.session.engine_updated(call))
             return
-        if isinstance(call, CommitInput) and self._input is not None:
+        if isinstance(call, CommitInput):
             # The resampler holds back the last few ms of the turn; the engine needs them now. Not at
             # a pause: the caller goes on, and a flush there would end the filter's stream mid-turn,
             # leaving a step in the audio of every turn the caller paused in (the early
             # transcription a pause starts can do without the few ms of quiet still held back).
-            tail = self._input.flush()
+            tail = self._reader.flush_input()
             if tail:
                 self._recorder.caller_audio(tail)
                 link.submit(AppendAudio(pcm=tail))
         if isinstance(call, UpdateEngine):
             self._reader.update_sent()
         link.submit(call)
-
-    def input_stage(self, chunk_format: AudioFormat | None = None) -> InputStage:
-        """The stage for audio in ``chunk_format`` (the session's input format when None).
-
-        A chunk in a format of its own (vLLM-Omni's per-chunk ``format``) gets a stage
-        of its own, placed on the same input clock.
-        """
-        wire, vad = chunk_format or self.session.config.input_format, self.session.gateway_vad
-        current = self._input
-        if current is None or current.wire != wire or current.vad != vad:
-            current = self._input = InputStage(
-                wire,
-                self._engine.capabilities.input_rate,
-                vad=(self._vad or VadBatcher.shared()) if vad else None,
-                start_ms=current.position_ms if current is not None else 0.0,
-            )
-        return current
 
     def _schedule_timer(self) -> None:
         """Wake the session when its next timer is due (it keeps no clock of its own)."""
@@ -776,4 +670,4 @@ class Connection:
             self.apply(self.session.tick(asyncio.get_running_loop().time()))
         except Exception:  # a bug must cost this session only
             logger.exception("timer of session %s failed", self.session_id)
-            self._fail(Failure.INTERNAL)
+            self.fail(Failure.INTERNAL)

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from duplex_gateway.audio.stage import InputStage
+from duplex_gateway.audio.vad_batch import VadBatcher
 from duplex_gateway.config import LimitSettings
 from duplex_gateway.dialects.base import Dialect
 from duplex_gateway.host.closing import Failure
@@ -109,10 +110,6 @@ class ReaderHost(Protocol):
         """Return once the engine has taken the caller audio held for it down to its high water mark."""
         ...
 
-    def input_stage(self, chunk_format: AudioFormat | None) -> InputStage:
-        """The input stage for audio in ``chunk_format`` (the session's input format when None)."""
-        ...
-
 
 class Reader:
     """Reads the session's current socket, and does the work each step leaves for it before the next."""
@@ -124,6 +121,8 @@ class Reader:
         dialect: Dialect,
         *,
         limits: LimitSettings,
+        input_rate: int,
+        vad: VadBatcher | None,
         stats: SessionStats,
         recorder: Recorder,
         pacer: Pacer | None,
@@ -132,6 +131,10 @@ class Reader:
         self._session = session
         self._dialect = dialect
         self._limits = limits
+        self._input_rate = input_rate
+        self._vad = vad
+        #: Caller audio's way in: decode, resample to ``input_rate``, turn detection.
+        self._input: InputStage | None = None
         self._stats = stats
         self._recorder = recorder
         self._pacer = pacer
@@ -169,6 +172,10 @@ class Reader:
         """The engine link is gone with the calls still queued: nothing waits for their answers."""
         self._updates_pending = 0
         self._updates_settled.set()
+
+    def flush_input(self) -> bytes:
+        """The engine-rate audio the input stage still holds back (the end of a turn)."""
+        return self._input.flush() if self._input is not None else b""
 
     def supersede(self, attachment: Attachment) -> None:
         """A resume took the session over: stop reading ``attachment``, whose client may never speak again."""
@@ -294,7 +301,7 @@ class Reader:
 
     async def _process_input(self, chunk: ProcessInput) -> None:
         host = self._host
-        stage = host.input_stage(chunk.format)
+        stage = self._input_stage(chunk.format)
         audio = chunk.audio
         step = stage.wire.byte_count(INPUT_SLICE_MS)
         for offset in range(0, len(audio), step):
@@ -319,3 +326,20 @@ class Reader:
             )
             if host.closed_by_server:
                 return
+
+    def _input_stage(self, chunk_format: AudioFormat | None) -> InputStage:
+        """The stage for audio in ``chunk_format`` (the session's input format when None).
+
+        A chunk in a format of its own (vLLM-Omni's per-chunk ``format``) gets a stage
+        of its own, placed on the same input clock.
+        """
+        wire, vad = chunk_format or self._session.config.input_format, self._session.gateway_vad
+        current = self._input
+        if current is None or current.wire != wire or current.vad != vad:
+            current = self._input = InputStage(
+                wire,
+                self._input_rate,
+                vad=(self._vad or VadBatcher.shared()) if vad else None,
+                start_ms=current.position_ms if current is not None else 0.0,
+            )
+        return current

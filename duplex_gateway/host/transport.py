@@ -68,6 +68,9 @@ class Attachment:
         self._wake = asyncio.Event()
         self._closing: Close | None = None
         self.stalled = False
+        #: The close of a stalled client's socket, under way (see close_stalled).
+        self._stalled_close: asyncio.Task[None] | None = None
+        self._name = name
         self.writer = asyncio.create_task(self._write_loop(), name=f"writer:{name}")
 
     def send(self, frame: Frame, *, on_sent: Callable[[float], None] | None = None) -> None:
@@ -118,6 +121,34 @@ class Attachment:
             if close is not None:
                 with contextlib.suppress(Exception):
                     await self.socket.close(int(close.code), close.reason)
+
+    def close_stalled(self, close: Close) -> None:
+        """Close a stalled client's socket with ``close`` now: nothing queued can reach it any more."""
+        self._stalled_close = asyncio.get_running_loop().create_task(
+            self._close_now(close), name=f"stalled:{self._name}"
+        )
+
+    async def await_stalled_close(self, timeout_s: float) -> None:
+        """Give a stalled client's close ``timeout_s`` to go out, then let the socket go.
+
+        The close waits behind what the client has not read: returning before it is written
+        would have the server drop the connection without it (the client saw 1006). A client
+        that never reads again is not waited for longer, and no task is left behind.
+        """
+        task, self._stalled_close = self._stalled_close, None
+        if task is None:
+            return
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(task)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _close_now(self, close: Close) -> None:
+        with contextlib.suppress(Exception):
+            await self.socket.close(int(close.code), close.reason)
 
     # -- the writer ------------------------------------------------------------------------
 
