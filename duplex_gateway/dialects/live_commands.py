@@ -115,7 +115,7 @@ def _session_start(data: Mapping[str, object], event_id: str | None, state: Live
     assert session is not None
     setup = parse_start(session)
     state.setup, state.delegation, state.start_event_id = setup, setup.delegation, event_id
-    return (SessionUpdate(event_id=event_id, session=setup.patch()), *setup.history_items())
+    return (SessionUpdate(event_id=event_id, session=setup.patch()), *setup.history_items(event_id))
 
 
 def _session_update(

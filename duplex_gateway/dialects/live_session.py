@@ -171,11 +171,14 @@ class LiveSetup:
             **changes,  # type: ignore[arg-type]
         )
 
-    def history_items(self) -> tuple[ConversationItemCreate, ...]:
-        """The startup history as conversation items, in order."""
+    def history_items(self, event_id: str | None) -> tuple[ConversationItemCreate, ...]:
+        """The startup history as conversation items, in order, on behalf of ``session.start`` ``event_id``."""
         return tuple(
             ConversationItemCreate(
-                item_id=message.item_id, role=_HISTORY_ROLE[message.role], text=message.text
+                event_id=event_id,
+                item_id=message.item_id,
+                role=_HISTORY_ROLE[message.role],
+                text=message.text,
             )
             for message in self.history
         )
@@ -341,7 +344,7 @@ def _tools(value: object, path: str) -> tuple[tuple[FunctionTool, ...], list[obj
         if kind != "function":
             dropped.append(str(kind))  # hosted tools need OpenAI's servers; the engine has none of them
             continue
-        check_fields(tool, ("type", "name", "description", "parameters", "strict", "defer_loading"), at)
+        check_fields(tool, ("type", "name", "description", "parameters", "strict"), at)
         name = read_str(tool, "name", at, required=True)
         if not name:
             raise bad_value(f"{at}.name", name)

@@ -89,3 +89,125 @@ def _openai_server_event() -> TypeAdapter[Any]:
 def test_openais_types_find_every_field_they_require(frame: str) -> None:
     parsed = _openai_server_event().validate_json(frame)
     assert parsed.type == json.loads(frame)["type"]
+
+
+# -- the other direction: what the two clients send, the dialect takes ---------------------------------
+
+
+def _pipecat_events() -> list[Any]:
+    """Every client event Pipecat's service sends, built with its own models, in a session's order."""
+    e = pipecat_live
+    history = [
+        e.InputItem(role="developer", content=[e.InputTextContent(text="Rules.")]),
+        e.InputItem(role="user", content=[e.InputTextContent(text="Hello")]),
+        e.InputItem(role="assistant", content=[e.OutputTextContent(text="Hi!")]),
+    ]
+    responses = {"model": "gpt-5.4-mini", "instructions": "Be exact.", "max_output_tokens": 200}
+    tools = [
+        {"type": "function", "name": "get_time", "description": "The time", "parameters": {"type": "object"}}
+    ]
+    return [
+        e.SessionStartEvent(
+            session=e.SessionConfig(
+                model="gpt-live-1",
+                instructions="Be brief.",
+                audio=e.AudioConfig(output=e.AudioOutputConfig(voice="marin")),
+                delegation=e.ResponsesDelegationConfig(responses={**responses, "tools": tools}),
+                input=history,
+                store=False,
+            )
+        ),
+        e.SessionUpdateEvent(
+            session=e.SessionUpdateConfig(delegation=e.ResponsesDelegationConfig(responses={"tools": tools}))
+        ),
+        e.InputAudioAppendEvent(audio="AAAAAA=="),
+        e.SessionCommentaryAppendEvent(delegation_id=None, content="Greet the caller."),
+        e.SessionThinkingAppendEvent(delegation_id=None, content="The caller is in a hurry."),
+        e.SessionInstructionsAppendEvent(delegation_id=None, content="Speak slowly."),
+        e.ResponseItemCreateEvent(item=e.FunctionCallOutputItem(call_id="call_1", output='"12:00"')),
+        e.ResponseCreateEvent(),
+        e.SessionCloseEvent(),
+    ]
+
+
+def test_the_dialect_takes_every_event_pipecat_sends() -> None:
+    from tests.dialects.test_live import _dialect
+
+    dialect = _dialect()
+    for event in _pipecat_events():
+        commands = dialect.parse(json.dumps(event.to_payload()))
+        assert commands, event.type
+        assert all(command.event_id == event.event_id for command in commands), event.type
+
+
+def test_pipecat_client_delegation_answers_reach_the_engine() -> None:
+    from duplex_gateway.dialects.live_session import DELEGATE_TOOL
+    from duplex_gateway.vocabulary import events as ev
+    from tests.dialects.test_live import _call, _dialect
+
+    dialect = _dialect()
+    dialect.parse(
+        json.dumps(
+            pipecat_live.SessionStartEvent(
+                session=pipecat_live.SessionConfig(model="gpt-live-1")
+            ).to_payload()
+        )
+    )
+    created = dialect.render(
+        ev.OutputItemDone(response_id="r1", output_index=0, item=_call("r1", "call_9", DELEGATE_TOOL.name)),
+        seq=1,
+    )
+    assert created is not None
+    delegation = pipecat_live.parse_server_event(created)
+    assert isinstance(delegation, pipecat_live.SessionDelegationCreatedEvent)
+    answer = pipecat_live.SessionCommentaryAppendEvent(
+        delegation_id=delegation.delegation.id, content="It is noon."
+    )
+    (output, _reply) = dialect.parse(json.dumps(answer.to_payload()))
+    assert (output.call_id, output.output) == ("call_9", "It is noon.")
+
+
+def test_the_dialect_takes_livekits_session_start_and_refuses_its_mute_saying_why() -> None:
+    from livekit.agents.llm._realtime import gpt_live_types as lk
+
+    from duplex_gateway.vocabulary.errors import ProtocolError
+    from tests.dialects.test_live import _dialect
+
+    start = lk.SessionStartEvent(
+        event_id="session_start_1",
+        session=lk.SessionConfig(
+            model="gpt-live-1",
+            instructions="Be brief.",
+            input=[lk.InputItem(role="assistant", content=[lk.OutputTextPart(text="Hi!")])],
+            audio=lk.AudioConfig(
+                format=lk.AudioFormat(type="audio/pcm", rate=24000), output=lk.AudioOutput(voice="marin")
+            ),
+            # LiveKit's default: Responses delegation to a cloud model the gateway does not have.
+            delegation=lk.Delegation(
+                type="responses",
+                responses=lk.ResponsesConfig(
+                    model="gpt-5.6-luna",
+                    tools=[
+                        {
+                            "type": "function",
+                            "name": "f",
+                            "description": "d",
+                            "parameters": {"type": "object"},
+                        }
+                    ],
+                    reasoning={"effort": "low"},
+                ),
+            ),
+        ),
+    )
+    dialect = _dialect()
+    assert dialect.parse(json.dumps(start.model_dump(exclude_none=True)))
+    for event in (
+        lk.InputAudioAppendEvent(audio="AAAAAA=="),
+        lk.ThinkingAppendEvent(event_id="a1", delegation_id=None, content="Context."),
+        lk.ResponseCreateEvent(event_id="rc1"),
+        lk.SessionCloseEvent(),
+    ):
+        assert dialect.parse(json.dumps(event.model_dump(exclude_none=True)))
+    with pytest.raises(ProtocolError, match="not supported"):
+        dialect.parse(json.dumps(lk.InputAudioMuteEvent(event_id="m1").model_dump(exclude_none=True)))
