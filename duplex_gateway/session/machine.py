@@ -19,8 +19,6 @@ It never touches a socket, a task or a clock; time arrives as arguments.
 from __future__ import annotations
 
 import enum
-import itertools
-import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -54,6 +52,7 @@ from duplex_gateway.session.engine_calls import (
     TruncateReply,
     UpdateEngine,
 )
+from duplex_gateway.session.ids import IdFactory
 from duplex_gateway.session.replies import MAX_SIDE_RESPONSES, Reply, ReplyBook
 from duplex_gateway.session.reply_options import reply_options
 from duplex_gateway.session.settings import Handshake, Settings
@@ -175,15 +174,6 @@ class _Lifecycle:
         self.phase = after
 
 
-class _IdFactory:
-    def __init__(self) -> None:
-        self._counter = itertools.count(1)
-        self._salt = secrets.token_hex(4)
-
-    def __call__(self, prefix: str) -> str:
-        return f"{prefix}_{self._salt}{next(self._counter):05d}"
-
-
 # -- the session ---------------------------------------------------------------------------------
 
 
@@ -206,7 +196,7 @@ class Session:
         self._life = _Lifecycle(Phase.OPEN if handshake is Handshake.REALTIME else Phase.AWAITING_CONFIG)
         #: Set by the I/O layer when resume is on; announced in ``session.created``.
         self.resume_token: str | None = None
-        self._new_id = new_id or _IdFactory()
+        self._new_id = new_id or IdFactory()
         self._conversation = Conversation(self._new_id)
         self._replies = ReplyBook(self._conversation, self._new_id, output_rate=capabilities.output_rate)
         self._turns = TurnTracker(
@@ -257,8 +247,8 @@ class Session:
         try:
             self._settings.checked(self.config)
         except ProtocolError as exc:
-            return [self._created(), self._error(exc)]
-        return [self._created()]
+            return [self._settings.created(self.session_id, self.resume_token), self._error(exc)]
+        return [self._settings.created(self.session_id, self.resume_token)]
 
     @property
     def transcribing_only(self) -> bool:
@@ -268,10 +258,7 @@ class Session:
     def engine_opened(self) -> list[Output]:
         """The engine session requested by :class:`OpenEngine` is ready."""
         self._life.move(Happening.ENGINE_OPENED)
-        return [self._created()]
-
-    def _created(self) -> ev.SessionCreated:
-        return self._settings.created(self.session_id, self.resume_token)
+        return [self._settings.created(self.session_id, self.resume_token)]
 
     def resumed(self, attachment_generation: int) -> ev.SessionResumed:
         """The event that greets a client re-attaching to this session (socket number ``attachment_generation``)."""
@@ -490,14 +477,13 @@ class Session:
         return active.item_id if active is not None else None
 
     def _on_item_delete(self, command: cmd.ConversationItemDelete, now: float) -> list[Output]:
-        item_id = command.item_id
-        self._conversation.require(item_id, ErrorCode.ITEM_DELETE_INVALID_ITEM_ID)
-        outputs: list[Output] = []
-        if self._speaking_item() == item_id:
-            # The reply being spoken loses its item: it cannot go on.
-            outputs.extend(self._replies.cancel("client_cancelled"))
-        outputs.extend(self._conversation.delete(item_id))
-        return outputs
+        self._conversation.require(command.item_id, ErrorCode.ITEM_DELETE_INVALID_ITEM_ID)
+        # The reply being spoken loses its item: it cannot go on.
+        speaking = self._speaking_item() == command.item_id
+        return [
+            *(self._replies.cancel("client_cancelled") if speaking else []),
+            *self._conversation.delete(command.item_id),
+        ]
 
     def _on_item_retrieve(self, command: cmd.ConversationItemRetrieve, now: float) -> list[Output]:
         record = self._conversation.require(command.item_id, ErrorCode.ITEM_RETRIEVE_INVALID_ITEM_ID)
@@ -549,9 +535,11 @@ class Session:
                 outputs.extend(self._speech_stopped(decision.audio_end_ms))
         return outputs
 
-    def _speech_started(self, audio_start_ms: int) -> list[Output]:
+    def _speech_started(self, audio_start_ms: int, engine_item_id: str = "") -> list[Output]:
+        """The caller started speaking (found by the gateway's detector, or by the engine's as ``engine_item_id``)."""
         item_id = self._new_id("item")
         self._turns.start_speech(item_id)
+        self._conversation.name_for_engine(engine_item_id, item_id)
         outputs: list[Output] = [ev.SpeechStarted(audio_start_ms=audio_start_ms, item_id=item_id)]
         td = self.config.turn_detection
         if td is not None and td.interrupt_response and self.response_active:
@@ -566,8 +554,8 @@ class Session:
         assert item_id is not None
         outputs: list[Output] = [ev.SpeechStopped(audio_end_ms=audio_end_ms, item_id=item_id)]
         if self.engine_turns:
-            td = self.config.turn_detection
-            decides = td is not None and td.create_response
+            # The engine's turn-taking answers the turn if turn detection would have.
+            decides = self._settings.turn_end_asks_reply(replying=False)
             outputs.extend(self._commit_turn(create_response=False, engine_decides=decides))
         else:
             # The detector commits a silence after the speech ended: that wait is part of the reply's latency.
@@ -664,8 +652,7 @@ class Session:
         )
 
     def _on_timings(self, event: port.EngineTimings, now: float | None) -> list[Output]:
-        self._replies.timings(event)
-        return []
+        return self._replies.timings(event)
 
     def _on_function_call(
         self, event: port.EngineFunctionCallDelta | port.EngineFunctionCall, now: float | None
@@ -692,13 +679,7 @@ class Session:
         )
 
     def _on_speech_started(self, event: port.EngineSpeechStarted, now: float | None) -> list[Output]:
-        if self._turns.speaking:
-            return []
-        started = self._speech_started(event.audio_start_ms)
-        item_id = self._turns.speech_item_id
-        assert item_id is not None
-        self._conversation.name_for_engine(event.item_id, item_id)
-        return started
+        return [] if self._turns.speaking else self._speech_started(event.audio_start_ms, event.item_id)
 
     def _on_speech_stopped(self, event: port.EngineSpeechStopped, now: float | None) -> list[Output]:
         return self._turns.stopped_by_engine(event)

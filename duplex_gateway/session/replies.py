@@ -338,11 +338,12 @@ class ReplyBook:
             outputs.append(ev.TextDelta(response_id=rid, item_id=iid, output_index=index, delta=event.delta))
         return outputs
 
-    def timings(self, event: port.EngineTimings) -> None:
-        """The engine's account of where a reply's time went."""
+    def timings(self, event: port.EngineTimings) -> list[Output]:
+        """The engine's account of where a reply's time went: kept for the reply's latency report."""
         reply = self.live(event.response_id)
         if reply is not None:
             reply.engine_stages = event.stages
+        return []
 
     def _latency(self, reply: Reply, latency_event: bool) -> list[Output]:
         """The reply's first audio is out: where its time went, for the host and for clients that asked."""
