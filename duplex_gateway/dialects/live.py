@@ -53,6 +53,8 @@ JsonObject = dict[str, object]
 #: Every client event type the dialect knows (some refused for now, saying why).
 CLIENT_EVENT_TYPES: frozenset[str] = frozenset(PARSERS)
 
+_MAX_REFUSALS = 8
+
 #: The Live API's ``session.closed`` reason for the gateway's close reasons; any other is a lost connection.
 CLOSE_REASONS: Mapping[str, str] = {
     "close_requested": "close_requested",
@@ -89,14 +91,6 @@ class _Heard:
 
 
 @dataclass(slots=True)
-class _Refusal:
-    """The last error the dialect raised, so its rendering carries the Live code."""
-
-    key: tuple[object, ...]
-    live: str
-
-
-@dataclass(slots=True)
 class _View:
     replies: dict[str, _Reply] = field(default_factory=dict)
     heard: dict[str, _Heard] = field(default_factory=dict)
@@ -116,7 +110,8 @@ class LiveDialect:
         self._max_bytes = max_message_bytes
         self.state = LiveState()
         self._view = _View()
-        self._refusal: _Refusal | None = None
+        #: The Live codes of refusals raised and not yet rendered (the host renders each at once).
+        self._refusals: dict[tuple[object, ...], str] = {}
 
     # -- client -> commands --------------------------------------------------------------------
 
@@ -144,8 +139,10 @@ class LiveDialect:
         except ProtocolError as exc:
             error = exc.with_event_id(event_id)
             if isinstance(error, LiveProtocolError):
-                self._refusal = _Refusal(
-                    key=_error_key(error.code, error.message, error.param, error.event_id), live=error.live
+                if len(self._refusals) >= _MAX_REFUSALS:
+                    self._refusals.pop(next(iter(self._refusals)))
+                self._refusals[_error_key(error.code, error.message, error.param, error.event_id)] = (
+                    error.live
                 )
             raise error from None
 
@@ -156,7 +153,11 @@ class LiveDialect:
                 ErrorCode.BINARY_NOT_SUPPORTED,
                 "This endpoint takes JSON text messages only.",
             )
-        if len(frame) > self._max_bytes or len(frame.encode("utf-8", "surrogatepass")) > self._max_bytes:
+        # Only a non-ASCII text needs encoding to know its size in bytes.
+        too_long = len(frame) > self._max_bytes or (
+            not frame.isascii() and len(frame.encode("utf-8", "surrogatepass")) > self._max_bytes
+        )
+        if too_long:
             raise LiveProtocolError(
                 "message_too_large",
                 ErrorCode.MESSAGE_TOO_LARGE,
@@ -409,11 +410,10 @@ class LiveDialect:
         return _with_client_id(body, pending.event_id)
 
     def _error(self, event: ev.ErrorEvent) -> JsonObject:
-        refusal, self._refusal = self._refusal, None
         if event.event_id is not None and event.event_id in self.state.updates:
             self.state.updates.remove(event.event_id)  # a refused update gets no session.updated
         key = _error_key(event.code, event.message, event.param, event.event_id)
-        code = refusal.live if refusal is not None and refusal.key == key else live_code(event.code)
+        code = self._refusals.pop(key, None) or live_code(event.code)
         error: JsonObject = {"type": error_type_for(event.code), "code": code, "message": event.message}
         if event.param is not None:
             error["param"] = event.param

@@ -880,3 +880,30 @@ def test_a_whole_conversation_renders_every_kind_of_server_event() -> None:
         "session.thinking.appended",
         "session.closed",
     }
+
+
+def test_an_oversized_frame_is_refused() -> None:
+    dialect = LiveDialect(session_id="s", expires_at=EXPIRES_AT, max_message_bytes=64)
+    assert _refused(dialect, json.dumps({"type": "session.close", "event_id": "é" * 40}))["error"][
+        "code"
+    ] == ("message_too_large")
+
+
+def test_refusals_keep_their_live_codes_when_rendered_late() -> None:
+    dialect = _dialect()
+    raised: list[ProtocolError] = []
+    for frame in (
+        '{"type": "session.start", "session": {}}',
+        '{"type": "session.start", "session": {"model": "m", "x": 1}}',
+    ):
+        with pytest.raises(ProtocolError) as caught:
+            dialect.parse(frame)
+        raised.append(caught.value)
+    codes = []
+    for exc in raised:
+        wire = _wire(
+            dialect, ev.ErrorEvent(code=exc.code, message=exc.message, event_id=exc.event_id, param=exc.param)
+        )
+        assert wire is not None
+        codes.append(wire["error"]["code"])
+    assert codes == ["missing_required_parameter", "unknown_parameter"]
