@@ -412,6 +412,11 @@ class LiveDialect:
     def _error(self, event: ev.ErrorEvent) -> JsonObject:
         if event.event_id is not None and event.event_id in self.state.updates:
             self.state.updates.remove(event.event_id)  # a refused update gets no session.updated
+        if event.event_id is not None:  # nor a refused append its acknowledgement
+            for item_id in [
+                i for i, append in self.state.appends.items() if append.event_id == event.event_id
+            ]:
+                del self.state.appends[item_id]
         key = _error_key(event.code, event.message, event.param, event.event_id)
         code = self._refusals.pop(key, None) or live_code(event.code)
         error: JsonObject = {"type": error_type_for(event.code), "code": code, "message": event.message}

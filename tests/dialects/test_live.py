@@ -907,3 +907,17 @@ def test_refusals_keep_their_live_codes_when_rendered_late() -> None:
         assert wire is not None
         codes.append(wire["error"]["code"])
     assert codes == ["missing_required_parameter", "unknown_parameter"]
+
+
+def test_a_refused_append_is_not_acknowledged() -> None:
+    dialect = _dialect()
+    _started(dialect)
+    (item,) = _send(
+        dialect, {"type": "session.thinking.append", "event_id": "t1", "delegation_id": None, "content": "x"}
+    )
+    assert isinstance(item, ConversationItemCreate) and item.item_id is not None
+    _wire(dialect, ev.ErrorEvent(code=ErrorCode.INVALID_VALUE, message="no", event_id="t1"))
+    added = ev.ConversationItemAdded(
+        item=ev.ConversationItem(id=item.item_id, role="system"), previous_item_id=None
+    )
+    assert _wire(dialect, added) is None
