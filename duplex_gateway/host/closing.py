@@ -29,9 +29,11 @@ from duplex_gateway.vocabulary.errors import CloseCode, ErrorCode, ProtocolError
 __all__ = [
     "ENGINE_OPEN_FAILURES",
     "FAILURES",
+    "Close",
     "Failure",
     "Verdict",
     "close_code",
+    "close_for",
     "engine_call_failure",
     "engine_open_failure",
     "protocol_failure",
@@ -115,12 +117,29 @@ FAILURES: Mapping[Failure, Verdict] = MappingProxyType(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close the socket with ``code`` once everything sent before has gone out."""
+
+    code: CloseCode
+    reason: str
+
+
 def close_code(failure: Failure) -> int:
     """The WebSocket close code ``failure`` ends a socket with (for one it does not end: a bug)."""
     code = FAILURES[failure].close
     if code is None:
         raise ValueError(f"{failure} does not close the socket")
     return int(code)
+
+
+def close_for(failure: Failure, reason: str | None = None) -> Close:
+    """The close ``failure`` ends a socket with; ``reason`` names what the table leaves to the caller."""
+    verdict = FAILURES[failure]
+    reason = reason if reason is not None else verdict.reason
+    if verdict.close is None or reason is None:
+        raise ValueError(f"{failure} does not close the socket, or needs a reason")
+    return Close(verdict.close, reason)
 
 
 #: What an engine's ``open_session`` may raise that is not a bug, and the failure each is (first match).

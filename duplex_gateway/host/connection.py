@@ -43,7 +43,9 @@ from duplex_gateway.engine import port
 from duplex_gateway.host.admission import SessionRegistry
 from duplex_gateway.host.closing import (
     FAILURES,
+    Close,
     Failure,
+    close_for,
     engine_call_failure,
     engine_open_failure,
     protocol_failure,
@@ -55,8 +57,8 @@ from duplex_gateway.host.outbox import Outbox
 from duplex_gateway.host.pacing import Pacer
 from duplex_gateway.host.reader import INPUT_SLICE_MS, Outcome, Reader
 from duplex_gateway.host.resumption import Journal, ResumeRegistry, new_resume_token
-from duplex_gateway.host.takeover import Takeover, replaced_close
-from duplex_gateway.host.transport import Attachment, Close
+from duplex_gateway.host.takeover import Takeover
+from duplex_gateway.host.transport import Attachment
 from duplex_gateway.ops.logs import bind_session
 from duplex_gateway.ops.metrics import GatewayMetrics
 from duplex_gateway.ops.recording import NO_RECORDER, Recorder
@@ -232,9 +234,10 @@ class Connection:
 
     async def observe(self, socket: Socket) -> None:
         """Serve ``socket`` as a read-only observer of this session until either ends."""
-        if self._outbox.observers is None:
+        observers = self._outbox.observers
+        if observers is None:
             limits = self._limits
-            self._outbox.observers = Observers(
+            observers = self._outbox.observers = Observers(
                 self.session_id,
                 max_message_bytes=limits.max_message_bytes,
                 send_queue_size=limits.send_queue_size,
@@ -245,7 +248,7 @@ class Connection:
             config=self.session.config,
             capabilities=self._engine.capabilities.as_pairs(),
         )
-        await self._outbox.observers.serve(socket, greeting, self._ended)
+        await observers.serve(socket, greeting, self._ended)
 
     def can_replay_after(self, seq: int) -> bool:
         return self._journal.can_replay_after(seq)
@@ -267,27 +270,27 @@ class Connection:
             await self._end_attachment()
             self._report_end()
             return
-        outcome = Outcome.CLOSED
-        try:
-            if realtime and not await self._open_engine(self.session.config):
-                outcome = Outcome.CLOSED
-            else:
-                self.apply(self.session.start())
-                outcome = await self._reader.run(self._outbox.attachment)
-        except Exception:  # a bug must cost this session only, never the server
-            logger.exception("session %s failed", self.session_id)
-            self.fail(Failure.INTERNAL)
-        await self._after(outcome)
+        await self._serve_socket(self._outbox.attachment, realtime=realtime)
 
     async def resume(self, socket: Socket, last_seq: int) -> None:
         """Attach ``socket`` to this session, replay what it missed, and serve it (see :class:`Takeover`)."""
         attachment = self._attach(socket)
         self.resume_token = self._takeover.take(attachment)
+        await self._serve_socket(attachment, resumed_after=last_seq)
+
+    async def _serve_socket(
+        self, attachment: Attachment, *, realtime: bool = False, resumed_after: int | None = None
+    ) -> None:
+        """Read ``attachment`` until its time with the session ends (opening the engine first, or greeting a resumed client)."""
         outcome = Outcome.CLOSED
         try:
-            self._takeover.greet(attachment, last_seq)
-            outcome = await self._reader.run(attachment)
-        except Exception:
+            if resumed_after is not None:
+                self._takeover.greet(attachment, resumed_after)
+                outcome = await self._reader.run(attachment)
+            elif not realtime or await self._open_engine(self.session.config):
+                self.apply(self.session.start())
+                outcome = await self._reader.run(attachment)
+        except Exception:  # a bug must cost this session only, never the server
             logger.exception("session %s failed", self.session_id)
             self.fail(Failure.INTERNAL)
         await self._after(outcome)
@@ -298,7 +301,7 @@ class Connection:
             task = asyncio.current_task()
             replaced = self._reader.superseded.pop(task) if task is not None else None
             if replaced is not None:
-                await replaced.finish(replaced_close(), self._limits.send_timeout_s)
+                await replaced.finish(close_for(Failure.REPLACED), self._limits.send_timeout_s)
             return
         if outcome is Outcome.HANDED_OVER:
             # Nothing was opened for this connection; the socket now belongs to another session.
@@ -400,7 +403,7 @@ class Connection:
         if verdict.error is not None:
             self._outbox.emit(ev.ErrorEvent(code=verdict.error, message=message, param=param))
         if verdict.close is not None:
-            self._close_socket(self._close_for(failure))
+            self._close_socket(close_for(failure))
 
     def send_error(self, exc: ProtocolError) -> None:
         """Answer a ProtocolError with its error event (and close, where the failure table says so)."""
@@ -409,18 +412,12 @@ class Connection:
         )
         failure = protocol_failure(exc)
         if FAILURES[failure].close is not None:
-            self._close_socket(self._close_for(failure))  # nothing more is heard from it
+            self._close_socket(close_for(failure))  # nothing more is heard from it
 
     def expire(self, failure: Failure, message: str) -> None:
         """The host ends the session for ``failure`` (idle, too long, not resumed); the session says why."""
-        close = self._close_for(failure)
+        close = close_for(failure)
         self.apply(self.session.expire(close.reason, close.code, message))
-
-    @staticmethod
-    def _close_for(failure: Failure) -> Close:
-        verdict = FAILURES[failure]
-        assert verdict.close is not None and verdict.reason is not None, failure
-        return Close(verdict.close, verdict.reason)
 
     # -- the socket --------------------------------------------------------------------
 
@@ -441,7 +438,7 @@ class Connection:
             return  # a socket the session was taken from: nobody reads it, and nobody needs to
         # The client stopped reading: nothing more can reach it, so close at once.
         logger.warning("session %s closed: the client did not read its events", self.session_id)
-        self._closing = self._close_for(Failure.SLOW_CONSUMER)
+        self._closing = close_for(Failure.SLOW_CONSUMER)
         attachment.close_stalled(self._closing)
         self._stalled = attachment
         self._reader.stop()
@@ -456,7 +453,7 @@ class Connection:
         """Flush what is queued and close the socket with the session's close code."""
         attachment, self._outbox.attachment = self._outbox.attachment, None
         if attachment is not None and not attachment.stalled:
-            close = self._closing or self._close_for(Failure.DISCONNECTED)
+            close = self._closing or close_for(Failure.DISCONNECTED)
             await attachment.finish(close, self._limits.send_timeout_s)
 
     def _close_socket(self, close: Close) -> None:

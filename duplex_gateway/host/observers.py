@@ -12,8 +12,8 @@ import asyncio
 import contextlib
 
 from duplex_gateway.dialects.realtime import RealtimeDialect
-from duplex_gateway.host.closing import FAILURES, Failure
-from duplex_gateway.host.transport import Attachment, Close
+from duplex_gateway.host.closing import Failure, close_for
+from duplex_gateway.host.transport import Attachment
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.errors import ErrorCode
 from duplex_gateway.vocabulary.frames import Socket
@@ -43,10 +43,9 @@ class Observers:
         """Serve ``socket`` as an observer, ``greeting`` first, until its client leaves or ``ended`` is set."""
         attachment = self.attach(socket, greeting)
         if attachment is None:
-            refused = FAILURES[Failure.TOO_MANY_OBSERVERS]
-            assert refused.close is not None
+            refused = close_for(Failure.TOO_MANY_OBSERVERS)
             with contextlib.suppress(Exception):
-                await socket.close(int(refused.close), refused.reason)
+                await socket.close(int(refused.code), refused.reason)
             return
         try:
             while not ended.is_set():
@@ -106,16 +105,10 @@ class Observers:
         """Let one observer go (its client left, or the call is over)."""
         self.detach(attachment)
         with contextlib.suppress(Exception):
-            await attachment.finish(_done(reason), self._timeout_s)
+            await attachment.finish(close_for(Failure.OBSERVER_DONE, reason), self._timeout_s)
 
     def close_all(self, reason: str) -> None:
         """The session is over: every observer's socket is closed once its events are out."""
         for attachment in list(self._watching):
-            attachment.close_after(_done(reason))
+            attachment.close_after(close_for(Failure.OBSERVER_DONE, reason))
         self._watching.clear()
-
-
-def _done(reason: str) -> Close:
-    code = FAILURES[Failure.OBSERVER_DONE].close
-    assert code is not None
-    return Close(code, reason)

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from duplex_gateway.dialects.base import Dialect
-from duplex_gateway.host.closing import FAILURES, Failure
+from duplex_gateway.host.closing import Failure, close_for
 from duplex_gateway.host.outbox import Outbox
 from duplex_gateway.host.reader import Reader
 from duplex_gateway.host.resumption import ResumeRegistry, new_resume_token
-from duplex_gateway.host.transport import Attachment, Close
+from duplex_gateway.host.transport import Attachment
 from duplex_gateway.ops.logs import bind_session
 from duplex_gateway.ops.metrics import GatewayMetrics
 from duplex_gateway.ops.session_stats import SessionStats
@@ -32,16 +32,9 @@ from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
 if TYPE_CHECKING:
     from duplex_gateway.host.connection import Connection
 
-__all__ = ["Takeover", "replaced_close"]
+__all__ = ["Takeover"]
 
 logger = logging.getLogger(__name__)
-
-
-def replaced_close() -> Close:
-    """How a socket a resume took the session from is closed."""
-    verdict = FAILURES[Failure.REPLACED]
-    assert verdict.close is not None and verdict.reason is not None
-    return Close(verdict.close, verdict.reason)
 
 
 class Takeover:
@@ -131,7 +124,7 @@ class Takeover:
                     ev.SessionReplaced(session_id=session_id, attachment_generation=self.generation)
                 )
             )
-            replaced.close_after(replaced_close())
+            replaced.close_after(close_for(Failure.REPLACED))
             # Its reader may wait on a socket that will never say another word.
             self._reader.supersede(replaced)
             logger.info("session %s taken over by a new connection", session_id)

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from duplex_gateway.vocabulary.errors import CloseCode
+from duplex_gateway.host.closing import Close
 from duplex_gateway.vocabulary.frames import Frame, Socket, frame_size
 
 __all__ = ["Attachment", "Close"]
@@ -33,14 +33,6 @@ class _Tracked:
 
     frame: Frame
     on_sent: Callable[[float], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    """Close the socket with ``code`` once everything sent before has gone out."""
-
-    code: CloseCode
-    reason: str
 
 
 class Attachment:
