@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from duplex_gateway.telephony.carrier import Framing
 from duplex_gateway.telephony.playout import Heard, Playout, Truncation
 from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
+from tests.typed import narrow
 
 ULAW = AudioFormat(encoding=Encoding.G711_ULAW, rate=8_000)
 PCM16 = AudioFormat(encoding=Encoding.PCM16, rate=8_000)
 
 
 def playout(**kw: object) -> Playout:
-    options: dict[str, object] = {"lead_ms": 100.0, "marks": True, **kw}
+    options: dict[str, Any] = {"lead_ms": 100.0, "marks": True, **kw}
     fmt = options.pop("fmt", ULAW)
     framing = options.pop("framing", Framing(chunk_ms=40))
-    return Playout(fmt, framing, **options)  # type: ignore[arg-type]
+    return Playout(fmt, framing, **options)
 
 
 def test_audio_goes_out_at_real_time_plus_the_lead() -> None:
@@ -71,7 +74,7 @@ def test_marks_are_the_playback_cursor_and_a_clear_starts_a_new_epoch() -> None:
     cut = p.clear(0.0)
     assert cut == Truncation("r1", "i1", 80)
     # Twilio echoes every pending mark on a clear: they say "dropped", not "played".
-    assert all(p.played(name) is None for name in names[2:])  # type: ignore[arg-type]
+    assert all(p.played(narrow(name, str)) is None for name in names[2:])
     assert not p.pending(0.0)
     assert p.clear(0.0) is None  # nothing was cut this time
 
@@ -80,8 +83,8 @@ def test_an_echoed_mark_skips_the_ones_before_it() -> None:
     p = playout(lead_ms=1_000)
     p.queue("r1", "i1", bytes(960))
     names = [o.mark for o in p.due(0.0)[0]]
-    assert p.played(names[2]) == Heard("r1", "i1", 120)  # type: ignore[arg-type]
-    assert p.played(names[0]) is None  # type: ignore[arg-type]
+    assert p.played(narrow(names[2], str)) == Heard("r1", "i1", 120)
+    assert p.played(narrow(names[0], str)) is None
     assert not p.pending(0.0)
 
 
@@ -102,7 +105,7 @@ def test_a_new_reply_starts_its_own_count_and_flow_control_holds_audio() -> None
     p.queue("r2", "i2", bytes(320))
     p.finish("r2")
     out = p.due(0.0)[0]
-    assert [p.played(o.mark) for o in out] == [Heard("r1", "i1", 40), Heard("r2", "i2", 40)]  # type: ignore[arg-type]
+    assert [p.played(narrow(o.mark, str)) for o in out] == [Heard("r1", "i1", 40), Heard("r2", "i2", 40)]
     p.paused = True
     p.queue("r3", "i3", bytes(320))
     p.finish("r3")

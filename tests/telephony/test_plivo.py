@@ -24,6 +24,7 @@ from tests.telephony.echo_calls import echo_call
 from tests.telephony.plivo_wire import CALL_ID, STREAM_ID, PlivoWire
 from tests.telephony.telnyx_wire import TelnyxWire
 from tests.telephony.twilio_wire import TwilioWire
+from tests.typed import narrow
 
 
 def _started(wire: PlivoWire | None = None) -> tuple[PlivoCarrier, PlivoWire, call.CallStart]:
@@ -38,9 +39,9 @@ def _started(wire: PlivoWire | None = None) -> tuple[PlivoCarrier, PlivoWire, ca
 def _start_with(media_format: object) -> str:
     message = PlivoWire().start()
     if media_format is None:
-        del message["start"]["mediaFormat"]  # type: ignore[attr-defined]
+        del narrow(message["start"], dict)["mediaFormat"]
     else:
-        message["start"]["mediaFormat"] = media_format  # type: ignore[index]
+        narrow(message["start"], dict)["mediaFormat"] = media_format
     return json.dumps(message)
 
 

@@ -33,6 +33,7 @@ from tests.telephony.telnyx_wire import (
     TelnyxWire,
 )
 from tests.telephony.twilio_wire import TwilioWire
+from tests.typed import narrow
 
 
 def _started(wire: TelnyxWire | None = None) -> tuple[TelnyxCarrier, TelnyxWire, call.CallStart]:
@@ -47,7 +48,7 @@ def _started(wire: TelnyxWire | None = None) -> tuple[TelnyxCarrier, TelnyxWire,
 
 def _start_with(media_format: object) -> str:
     message = TelnyxWire().start()
-    message["start"]["media_format"] = media_format  # type: ignore[index]
+    narrow(message["start"], dict)["media_format"] = media_format
     return json.dumps(message)
 
 
@@ -142,8 +143,8 @@ def test_start_formats(media_format: dict[str, object], expected: AudioFormat) -
 def test_call_control_custom_parameters_as_a_list() -> None:
     wire = TelnyxWire()
     message = wire.start()
-    message["start"]["custom_parameters"] = [{"name": "profile", "value": "support"}]  # type: ignore[index]
-    del message["start"]["client_state"]  # type: ignore[attr-defined]
+    narrow(message["start"], dict)["custom_parameters"] = [{"name": "profile", "value": "support"}]
+    del narrow(message["start"], dict)["client_state"]
     (start,) = TelnyxCarrier().parse(json.dumps(message))
     assert isinstance(start, call.CallStart) and start.parameters == {"profile": "support"}
 
