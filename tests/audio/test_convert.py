@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 import pytest
-import soxr  # type: ignore[import-untyped]
+import soxr
 
 from duplex_gateway.audio.codec import decode, decode_pcm16, encode, encode_pcm16, float_to_pcm16
 from duplex_gateway.audio.convert import VAD_RATE, InputConverter, OutputConverter

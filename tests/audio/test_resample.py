@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 import pytest
-import soxr  # type: ignore[import-untyped]
+import soxr
 
 from duplex_gateway.audio.resample import StreamResampler
 from tests.fixtures import load_speech

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-import soxr  # type: ignore[import-untyped]
+import soxr
 from agents import function_tool
 from agents.realtime import RealtimeAgent, RealtimeModelConfig, RealtimeRunner
 from agents.realtime.items import UserMessageItem

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import numpy.typing as npt
 import pytest
-import soxr  # type: ignore[import-untyped]
+import soxr
 
 from duplex_gateway.engine import port
 from duplex_gateway.engine.echo import EchoEngine

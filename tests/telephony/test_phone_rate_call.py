@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
-import soundfile as sf  # type: ignore[import-untyped]
-import soxr  # type: ignore[import-untyped]
+import soundfile as sf
+import soxr
 
 from tests.e2e.helpers import Gateway, GatewayFactory, decode, encode, ws_connect
 from tests.fixtures import PHRASES
