@@ -10,8 +10,11 @@ gateway-side turn detection for engines that do not find turns themselves.
 The session's own life is :data:`PHASE_TRANSITIONS`; its parts live beside it:
 the replies in :mod:`~duplex_gateway.session.replies`, the caller's turn in
 :mod:`~duplex_gateway.session.turns`, the items in
-:mod:`~duplex_gateway.session.conversation`. Commands and engine events each
-reach their handler through a table.
+:mod:`~duplex_gateway.session.conversation`, what the configuration implies in
+:mod:`~duplex_gateway.session.settings`. The session is where they meet: commands
+and engine events each reach their handler through a table, and the handlers
+decide what one part's news means for the others (a caller who starts speaking
+stops the reply; a turn the detector ends may ask for one).
 
 It never touches a socket, a task or a clock; time arrives as arguments.
 """
@@ -94,6 +97,7 @@ __all__ = [
     "EngineCall",
     "Handshake",
     "Happening",
+    "Lifecycle",
     "Modality",
     "OpenEngine",
     "Output",
@@ -154,7 +158,7 @@ class PhaseError(RuntimeError):
     """A happening the session's phase does not allow (a host or session bug, never a client's)."""
 
 
-class _Lifecycle:
+class Lifecycle:
     """A session's phase, moved only by :data:`PHASE_TRANSITIONS`."""
 
     __slots__ = ("closed_from", "phase")
@@ -165,6 +169,7 @@ class _Lifecycle:
         self.closed_from: Phase | None = None
 
     def move(self, happening: Happening) -> None:
+        """Take the move ``happening`` makes; :class:`PhaseError` if the phase allows none."""
         try:
             after = PHASE_TRANSITIONS[self.phase, happening]
         except KeyError:
@@ -193,7 +198,7 @@ class Session:
         self.capabilities = capabilities
         self.handshake = handshake
         self._settings = Settings(defaults, capabilities, handshake)
-        self._life = _Lifecycle(Phase.OPEN if handshake is Handshake.REALTIME else Phase.AWAITING_CONFIG)
+        self._life = Lifecycle(Phase.OPEN if handshake is Handshake.REALTIME else Phase.AWAITING_CONFIG)
         #: Set by the I/O layer when resume is on; announced in ``session.created``.
         self.resume_token: str | None = None
         self._new_id = new_id or IdFactory()

@@ -5,7 +5,9 @@ caller is speaking (:attr:`TurnTracker.speaking`). It holds the caller's input
 until a turn is committed or cleared, keeps the audio just before speech onset
 so a turn starts at its prefix padding, runs the gateway's turn detector for
 engines that find no turns themselves, and keeps the ``idle_timeout_ms``
-deadline. What a turn leads to (a reply, a barge-in) the session decides.
+deadline. It puts committed turns into the conversation, follows the turns an
+engine finds itself, and turns the engine's transcripts into the caller's words.
+What a turn leads to (a reply, a barge-in) the session decides.
 """
 
 from __future__ import annotations
