@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -176,8 +177,8 @@ def _windows(probabilities: list[float], first_end_ms: int = WINDOW_MS) -> list[
     return [(first_end_ms + i * WINDOW_MS, p) for i, p in enumerate(probabilities)]
 
 
-def _detector(**kwargs: object) -> TurnDetector:
-    return TurnDetector(TurnDetection(**kwargs))  # type: ignore[arg-type]
+def _detector(**kwargs: Any) -> TurnDetector:
+    return TurnDetector(TurnDetection(**kwargs))
 
 
 def test_start_reports_onset_minus_prefix_padding() -> None:

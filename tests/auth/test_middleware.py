@@ -12,10 +12,12 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 from duplex_gateway.auth.gate import Gate
 from duplex_gateway.auth.keys import KeyStore
 from duplex_gateway.auth.middleware import AuthMiddleware
+from duplex_gateway.auth.principal import Principal
 from duplex_gateway.auth.tokens import TokenSigner
 from duplex_gateway.config import load_settings
 from duplex_gateway.engine.echo import EchoEngine
 from duplex_gateway.server.app import create_app
+from tests.typed import narrow
 
 KEYS = [
     {
@@ -71,7 +73,7 @@ def test_a_refused_handshake_gets_a_status_and_a_json_error(client: TestClient) 
 def test_handlers_read_the_principal(client: TestClient) -> None:
     with client.websocket_connect("/v1/realtime", headers=_bearer("sk-server")) as ws:
         assert ws.receive_json()["type"] == "session.created"
-        assert ws.scope["auth"].name == "server"  # type: ignore[attr-defined]
+        assert narrow(ws.scope["auth"], Principal).name == "server"
         # The key's cap: one session; a second is refused before the upgrade.
         response = _refused(client, subprotocols=["realtime", "openai-insecure-api-key.sk-server"])
         assert response.status_code == 503 and response.headers["retry-after"] == "5"
@@ -242,7 +244,7 @@ async def test_a_server_without_the_denial_extension_gets_a_close_before_accept(
     inbox.put_nowait({"type": "websocket.connect"})
     scope = {**scope, "headers": [(b"authorization", b"Bearer sk-1")]}
     await middleware(scope, inbox.get, send)
-    assert reached == ["/v1/realtime"] and scope["auth"].name.startswith("key-")  # type: ignore[attr-defined]
+    assert reached == ["/v1/realtime"] and narrow(scope["auth"], Principal).name.startswith("key-")
 
 
 async def test_lifespan_passes_through() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import zlib
+from typing import Any
 
 import pytest
 
@@ -22,9 +23,9 @@ NOW = 1_800_000_000.0
 
 
 def _mint(signer: TokenSigner | None = None, **kwargs: object) -> str:
-    options: dict[str, object] = {"key_name": "web", "scopes": [Scope.REALTIME], "now": NOW, "ttl_s": 600}
+    options: dict[str, Any] = {"key_name": "web", "scopes": [Scope.REALTIME], "now": NOW, "ttl_s": 600}
     options.update(kwargs)
-    token, _ = (signer or TokenSigner(SECRET)).mint(**options)  # type: ignore[arg-type]
+    token, _ = (signer or TokenSigner(SECRET)).mint(**options)
     return token
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
 from duplex_gateway.engine import port
 from duplex_gateway.engine.echo import EchoEngine
 from duplex_gateway.vocabulary.session_config import SessionConfig
+from tests.typed import narrow
 
 RATE = 16_000
 
@@ -26,8 +28,8 @@ async def collect(session: port.EngineSession, until: type, timeout: float = 5.0
     return seen
 
 
-async def started_engine(**kw: object) -> EchoEngine:
-    engine = EchoEngine(rate=RATE, chunk_ms=50, **kw)  # type: ignore[arg-type]
+async def started_engine(**kw: Any) -> EchoEngine:
+    engine = EchoEngine(rate=RATE, chunk_ms=50, **kw)
     await engine.start()
     return engine
 
@@ -70,7 +72,7 @@ async def test_reply_stops_mid_way(how: str) -> None:
     iterator = session.events().__aiter__()
     while sum(isinstance(e, port.EngineAudio) for e in events) < 2:
         events.append(await asyncio.wait_for(iterator.__anext__(), 2))
-    rid = events[0].response_id  # type: ignore[attr-defined]
+    rid = narrow(events[0], port.EngineResponseStarted).response_id
     if how == "cancel":
         await session.cancel_response(rid)
     else:

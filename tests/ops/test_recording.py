@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from duplex_gateway.auth.keys import KeyStore
+from duplex_gateway.auth.keys import ApiKey, KeyStore
 from duplex_gateway.auth.principal import ALL_SCOPES, Principal, PrincipalKind
 from duplex_gateway.config import ConfigError, load_settings
 from duplex_gateway.engine.port import EngineCapabilities
@@ -25,6 +25,7 @@ from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.commands import InputAudioAppend, InputAudioCommit
 from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 from duplex_gateway.vocabulary.session_config import SessionConfig
+from tests.typed import narrow
 
 PCM16_24K = AudioFormat(encoding=Encoding.PCM16, rate=24_000)
 ENGINE = EngineCapabilities(name="echo", input_rate=24_000, output_rate=24_000)
@@ -288,7 +289,7 @@ def test_recordings_record_only_when_asked(tmp_path: Path) -> None:
     assert recordings.active and recordings.wants(keyed) and not recordings.wants(plain)
     assert not recordings.wants(None)
     store = KeyStore.from_settings(with_key.auth)
-    assert store.named("k").record and not store.named("j").record  # type: ignore[union-attr]
+    assert narrow(store.named("k"), ApiKey).record and not narrow(store.named("j"), ApiKey).record
 
     everyone = rec.Recordings.from_settings(
         load_settings(
