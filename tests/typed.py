@@ -3,7 +3,7 @@
 A session's outputs are ``list[Output]`` (every server event and engine call), an engine's
 events ``EngineEvent``, an opened engine session ``EngineSession``; a test knows which one it
 holds at a given place. These helpers say so to the type checker and check it at run time,
-in place of a ``# type: ignore`` on the line that reads the value::
+where the line that reads the value would otherwise silence the checker::
 
     assert narrow(out[0], ev.ErrorEvent).code is ErrorCode.INVALID_VALUE
     (done,) = only(out, ev.ResponseDone)
