@@ -1,21 +1,10 @@
 """The lifetime of one caller's session, and the thin asyncio around its :class:`~duplex_gateway.session.machine.Session`.
 
-The parts that do the work each have their own module; this one wires them and owns
-the session's life (admission, timers, the engine session, the ways it ends):
-
-* the socket attachment (:mod:`duplex_gateway.host.transport`): one writer task drains
-  an outbox the session fills without waiting;
-* the read loop (:mod:`duplex_gateway.host.reader`): one message at a time, with input
-  backpressure, the idle timeout and the maximum session duration;
-* the outbox (:mod:`duplex_gateway.host.outbox`): numbering, rendering, the resume
-  journal, observers and the recorder; telephony pacing (:mod:`duplex_gateway.host.pacing`);
-* the engine link (:mod:`duplex_gateway.host.engine_link`): calls go one way, in
-  order, from one task; the engine's events come back through one pump task;
-* the audio stage (:mod:`duplex_gateway.audio.stage`): decode, resample and VAD
-  on the way in, encode on the way out, with the epoch fence.
-
-The session decides synchronously and nothing holds it across an await. Every
-failure is answered as the one table in :mod:`duplex_gateway.host.closing` says.
+This module wires the host's parts (see :mod:`duplex_gateway.host`) and owns the
+session's life: admission, the engine session and its event pump, the session's
+timers, and every way it ends. The session decides synchronously and nothing
+holds it across an await; every failure is answered as the one table in
+:mod:`duplex_gateway.host.closing` says.
 
 A session outlives a dropped socket for ``limits.resume_grace_s``: it is
 *detached* (engine still running, events journaled) until ``session.resume``
@@ -49,7 +38,6 @@ from duplex_gateway.host.closing import (
     engine_call_failure,
     engine_open_failure,
     protocol_failure,
-    update_refusal,
 )
 from duplex_gateway.host.engine_link import EngineLink
 from duplex_gateway.host.observers import Observers
@@ -297,11 +285,7 @@ class Connection:
 
     async def _after(self, outcome: Outcome) -> None:
         if outcome is Outcome.REPLACED:
-            # The session is another socket's now; this one only says goodbye.
-            task = asyncio.current_task()
-            replaced = self._reader.superseded.pop(task) if task is not None else None
-            if replaced is not None:
-                await replaced.finish(close_for(Failure.REPLACED), self._limits.send_timeout_s)
+            await self._takeover.farewell()  # the session is another socket's now
             return
         if outcome is Outcome.HANDED_OVER:
             # Nothing was opened for this connection; the socket now belongs to another session.
@@ -336,8 +320,7 @@ class Connection:
         )
 
     async def _await_resume(self) -> None:
-        grace = min(self._limits.resume_grace_s, max(0.0, self._deadline - asyncio.get_running_loop().time()))
-        if not await self._takeover.await_return(grace, self._ended):
+        if not await self._takeover.await_return(self._limits.resume_grace_s, self._deadline, self._ended):
             self.expire(Failure.RESUME_TIMEOUT, "the client did not come back")
             await self._release()
 
@@ -548,7 +531,7 @@ class Connection:
             engine_session,
             timeout_s=self._limits.engine_timeout_s,
             on_error=self._engine_call_failed,
-            on_done=self._engine_call_done,
+            on_done=self._reader.update_answered,
             high_water_bytes=rate * 2 * ENGINE_BACKLOG_MS // 1000,
             name=self.session_id,
             metrics=self._metrics,
@@ -565,18 +548,11 @@ class Connection:
         if link is not None and link.backlogged:
             await link.drained()
 
-    def _engine_call_done(self, call: EngineCall) -> None:
-        if isinstance(call, UpdateEngine):
-            self.apply(self.session.engine_updated(call))
-            self._reader.update_settled()
-
     def _engine_call_failed(self, call: EngineCall, exc: BaseException) -> None:
         if isinstance(call, UpdateEngine):
-            code, message = update_refusal(exc, self._limits.engine_timeout_s)
-            self.apply(self.session.engine_update_refused(call, code=code, message=message))
-            self._reader.update_settled()
-            return
-        self.fail(*engine_call_failure(exc))
+            self._reader.update_refused(call, exc)
+        else:
+            self.fail(*engine_call_failure(exc))
 
     async def _pump_engine(self, engine_session: port.EngineSession) -> None:
         loop = asyncio.get_running_loop()

@@ -33,12 +33,12 @@ from duplex_gateway.audio.stage import InputStage
 from duplex_gateway.audio.vad_batch import VadBatcher
 from duplex_gateway.config import LimitSettings
 from duplex_gateway.dialects.base import Dialect
-from duplex_gateway.host.closing import Failure
+from duplex_gateway.host.closing import Failure, update_refusal
 from duplex_gateway.host.pacing import Pacer
 from duplex_gateway.host.transport import Attachment
 from duplex_gateway.ops.recording import Recorder
 from duplex_gateway.ops.session_stats import SessionStats
-from duplex_gateway.session.machine import Output, ProcessInput, Session
+from duplex_gateway.session.machine import EngineCall, Output, ProcessInput, Session, UpdateEngine
 from duplex_gateway.vocabulary.commands import Command, SessionResume
 from duplex_gateway.vocabulary.errors import ProtocolError
 from duplex_gateway.vocabulary.formats import AudioFormat
@@ -162,8 +162,19 @@ class Reader:
         self._updates_pending += 1
         self._updates_settled.clear()
 
-    def update_settled(self) -> None:
-        """The engine answered (or refused) one ``session.update``."""
+    def update_answered(self, call: EngineCall) -> None:
+        """The engine took ``call``; a ``session.update``'s answer lets the client's next event go."""
+        if isinstance(call, UpdateEngine):
+            self._host.apply(self._session.engine_updated(call))
+            self._update_settled()
+
+    def update_refused(self, call: UpdateEngine, exc: BaseException) -> None:
+        """The engine failed a ``session.update``: the session tells the client, and its next event goes."""
+        code, message = update_refusal(exc, self._limits.engine_timeout_s)
+        self._host.apply(self._session.engine_update_refused(call, code=code, message=message))
+        self._update_settled()
+
+    def _update_settled(self) -> None:
         self._updates_pending = max(0, self._updates_pending - 1)
         if not self._updates_pending:
             self._updates_settled.set()

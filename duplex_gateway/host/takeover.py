@@ -148,6 +148,13 @@ class Takeover:
         self._outbox.replay(attachment, last_seq)
         logger.info("session %s resumed after event %d", self._session.session_id, last_seq)
 
+    async def farewell(self) -> None:
+        """This socket's reader was stopped by a resume: close the socket it read (``session_replaced``)."""
+        task = asyncio.current_task()
+        replaced = self._reader.superseded.pop(task) if task is not None else None
+        if replaced is not None:
+            await replaced.finish(close_for(Failure.REPLACED), self._send_timeout_s)
+
     def park(self, grace_s: float) -> None:
         """The socket dropped: the session waits, detached, for its client to resume it."""
         assert self._resumes is not None
@@ -155,8 +162,9 @@ class Takeover:
         self._resumes.park(self._host)
         logger.info("session %s detached; resumable for %g s", self._session.session_id, grace_s)
 
-    async def await_return(self, grace_s: float, ended: asyncio.Event) -> bool:
-        """Wait up to ``grace_s`` for a resume; False (no longer resumable) if none came or the session ended."""
+    async def await_return(self, grace_s: float, deadline: float, ended: asyncio.Event) -> bool:
+        """Wait up to ``grace_s`` (not past ``deadline``) for a resume; False if none came or the session ended."""
+        grace_s = min(grace_s, max(0.0, deadline - asyncio.get_running_loop().time()))
         waits = {asyncio.ensure_future(self._resumed.wait()), asyncio.ensure_future(ended.wait())}
         try:
             await asyncio.wait(waits, timeout=grace_s, return_when=asyncio.FIRST_COMPLETED)

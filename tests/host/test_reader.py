@@ -15,7 +15,7 @@ from duplex_gateway.host.transport import Attachment
 from duplex_gateway.ops.metrics import GatewayMetrics
 from duplex_gateway.ops.recording import NO_RECORDER
 from duplex_gateway.ops.session_stats import SessionStats
-from duplex_gateway.session.machine import Handshake, Output, Session
+from duplex_gateway.session.machine import Handshake, Output, Session, UpdateEngine
 from duplex_gateway.vocabulary.commands import SessionResume
 from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
 from duplex_gateway.vocabulary.session_config import SessionConfig
@@ -164,6 +164,8 @@ async def test_an_unanswered_update_is_told_after_its_bound() -> None:
     reader.update_sent()
     await reader.settle_updates()
     assert host.failed == [Failure.ENGINE_UPDATE_UNANSWERED]
-    reader.update_settled()
+    reader.update_refused(UpdateEngine(config=SessionConfig(), previous=SessionConfig()), TimeoutError())
+    (told,) = host.applied  # the session tells the client of the refusal
+    assert "no answer in 0.02 s" in str(told)
     await reader.settle_updates()  # settled: no wait, nothing told
     assert host.failed == [Failure.ENGINE_UPDATE_UNANSWERED]
