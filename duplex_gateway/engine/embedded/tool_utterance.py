@@ -140,6 +140,7 @@ class Utterance:
         self.guesses = 0
 
     def free(self, k: int, *, reserved: bool = True) -> bool:
+        """Whether token ``k`` is not yet used (nor, with ``reserved``, part of a date or a clock time)."""
         start, end, _ = self.tokens[k]
         spans = self.used + self.reserved if reserved else self.used
         return not any(start < b and a < end for a, b in spans)

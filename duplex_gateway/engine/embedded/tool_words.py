@@ -288,6 +288,7 @@ NEGATIONS: Final = frozenset(["no", "not", "without", "dont", "don't", "never", 
 
 
 def alternation(words: Sequence[str] | Mapping[str, int]) -> str:
+    """A regex alternative of ``words``, longest first, so "september" wins over "sep"."""
     return "|".join(sorted(map(re.escape, words), key=len, reverse=True))
 
 
@@ -324,6 +325,7 @@ def split_name(name: str) -> list[str]:
 
 
 def content_stems(text: str, *, synonyms: bool = True) -> set[str]:
+    """The stems of ``text``'s words that say something: stop words and their stems left out."""
     words = WORD_RE.findall(text.lower())
     return {
         stem_of(w, synonyms=synonyms)
