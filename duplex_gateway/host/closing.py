@@ -13,7 +13,9 @@ Not here: the ends the session decides for itself (``session.close`` 1000, the
 gateway's shutdown 1001, an engine that ended the session 4003). They are outputs
 of the pure session (``CloseSession``), and ``Session.expire`` names the error event
 of the expiry rows (idle, maximum duration, resume timeout) from the close code it is
-handed; ``tests/host/test_closing.py`` holds the two to the same answer.
+handed; ``tests/host/test_closing.py`` holds the two to the same answer. Nor 1009:
+a frame above ``limits.hard_max_message_bytes`` is closed by the WebSocket server
+before the gateway sees it.
 """
 
 from __future__ import annotations
