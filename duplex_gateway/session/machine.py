@@ -232,7 +232,7 @@ class Session:
 
     @property
     def configured(self) -> bool:
-        """The client's configuration is in force (at once for a Realtime handshake), or was when it closed."""
+        """The client's configuration is in force (at once for a Realtime handshake), or was at the close."""
         return Phase.OPEN in (self._life.phase, self._life.closed_from)
 
     @property
@@ -541,7 +541,7 @@ class Session:
         return outputs
 
     def _speech_started(self, audio_start_ms: int, engine_item_id: str = "") -> list[Output]:
-        """The caller started speaking (found by the gateway's detector, or by the engine's as ``engine_item_id``)."""
+        """The caller started speaking, found by the gateway's detector or the engine's (``engine_item_id``)."""
         item_id = self._new_id("item")
         self._turns.start_speech(item_id)
         self._conversation.name_for_engine(engine_item_id, item_id)

@@ -174,6 +174,7 @@ class ReplyBook:
 
     @property
     def active_id(self) -> str | None:
+        """The id of the reply in the conversation in progress, if any."""
         return self._active.id if self._active is not None else None
 
     def out_of_band(self, response_id: str) -> Reply | None:
@@ -201,7 +202,10 @@ class ReplyBook:
         may_call: bool,
         metadata: Mapping[str, str] | None = None,
     ) -> Reply:
-        """A new reply in the conversation, owned from now on: cancel, clear and barge-in reach it before the engine starts it."""
+        """A new reply in the conversation, owned from now on.
+
+        Cancel, clear and barge-in reach it before the engine starts it.
+        """
         assert self._active is None
         reply = Reply(
             id=self._new_id("resp"),

@@ -180,7 +180,7 @@ class TurnTracker:
         return appends
 
     def end_speech(self) -> None:
-        """The turn being spoken is over without a commit (cleared, reconfigured); the detector starts over."""
+        """The turn being spoken ends uncommitted (cleared, reconfigured); the detector starts over."""
         self._speech_item_id = None
         if self._detector is not None:
             self._detector.reset()
