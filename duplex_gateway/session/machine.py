@@ -472,19 +472,14 @@ class Session:
 
     def _on_truncate(self, command: cmd.ConversationItemTruncate, now: float) -> list[Output]:
         # A reply still speaking the item stops where the caller stopped hearing it.
-        speaking = self._speaking_item() == command.item_id
+        speaking = self._replies.active_item_id == command.item_id
         truncated = self._conversation.truncate(command, reply_closes_it=speaking)
         return [*(self._replies.cancel("client_cancelled") if speaking else []), *truncated]
-
-    def _speaking_item(self) -> str | None:
-        """The message item of the reply in the conversation in progress, once it has one."""
-        active = self._replies.active
-        return active.item_id if active is not None else None
 
     def _on_item_delete(self, command: cmd.ConversationItemDelete, now: float) -> list[Output]:
         self._conversation.require(command.item_id, ErrorCode.ITEM_DELETE_INVALID_ITEM_ID)
         # The reply being spoken loses its item: it cannot go on.
-        speaking = self._speaking_item() == command.item_id
+        speaking = self._replies.active_item_id == command.item_id
         return [
             *(self._replies.cancel("client_cancelled") if speaking else []),
             *self._conversation.delete(command.item_id),

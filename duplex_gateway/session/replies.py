@@ -177,6 +177,11 @@ class ReplyBook:
         """The id of the reply in the conversation in progress, if any."""
         return self._active.id if self._active is not None else None
 
+    @property
+    def active_item_id(self) -> str | None:
+        """The message item of the reply in the conversation in progress, once it has one."""
+        return self._active.item_id if self._active is not None else None
+
     def out_of_band(self, response_id: str) -> Reply | None:
         """The out-of-band reply in progress with this id, if any."""
         return self._side.get(response_id)
