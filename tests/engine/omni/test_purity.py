@@ -61,6 +61,7 @@ def test_translator_module_is_pure(name: str) -> None:
                         "duplex_gateway.engine.port",
                         "duplex_gateway.engine.omni",
                         "duplex_gateway.audio",
+                        "duplex_gateway.vocabulary.formats",
                         "duplex_gateway.vocabulary.session_config",
                     )
                 ) or (module == "duplex_gateway.engine" and [a.name for a in node.names] == ["port"]), module
