@@ -20,7 +20,6 @@ from duplex_gateway.vocabulary.session_config import (
 )
 
 __all__ = [
-    "check_choice",
     "parse_include",
     "parse_metadata",
     "parse_tool_choice",
@@ -96,12 +95,6 @@ def parse_tool_choice(value: object, param: str) -> ToolChoice:
     body = as_object(choice["function"], join(param, "function")) if "function" in choice else choice
     name = as_str(get_field(body, "name", param, required=True), join(param, "name"), nonempty=True)
     return ToolChoice(mode=ToolChoiceMode.REQUIRED, function=name)
-
-
-def check_choice(tools: tuple[FunctionTool, ...], choice: ToolChoice, param: str) -> None:
-    """A forced function must be one of the tools offered."""
-    if choice.function is not None and all(tool.name != choice.function for tool in tools):
-        raise invalid(param, f"tool_choice names {choice.function!r}, which is not among the tools")
 
 
 def parse_include(value: object, param: str) -> tuple[str, ...]:

@@ -10,14 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from duplex_gateway.dialects.realtime_tools import check_choice
 from duplex_gateway.engine import port
 from duplex_gateway.vocabulary import commands as cmd
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
-from duplex_gateway.vocabulary.session_config import SessionConfig, ToolChoice
+from duplex_gateway.vocabulary.session_config import FunctionTool, SessionConfig, ToolChoice
 
-__all__ = ["check_session_tools", "context_item", "reply_options"]
+__all__ = ["check_choice", "check_session_tools", "context_item", "reply_options"]
+
+
+def check_choice(tools: tuple[FunctionTool, ...], choice: ToolChoice, param: str) -> None:
+    """A forced function must be one of the tools offered."""
+    if choice.function is not None and all(tool.name != choice.function for tool in tools):
+        raise ProtocolError(
+            ErrorCode.INVALID_VALUE,
+            f"tool_choice names {choice.function!r}, which is not among the tools",
+            param=param,
+        )
 
 
 def _unsupported(capabilities: port.EngineCapabilities, what: str, param: str) -> ProtocolError:
