@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 from duplex_gateway.audio.vad import SpeechPause, SpeechStart, SpeechStop
 from duplex_gateway.engine import port
+from duplex_gateway.session.context import AppContext, on_context
 from duplex_gateway.session.conversation import MAX_ITEMS, Conversation, Item
 from duplex_gateway.session.engine_calls import (
     AcknowledgeEvents,
@@ -212,6 +213,7 @@ class Session:
         )
         #: The time of the input being handled (the ``now`` the I/O layer passed in).
         self._clock: float | None = None
+        self._app = AppContext(self._conversation)
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -371,7 +373,7 @@ class Session:
 
     def _on_append(self, command: cmd.InputAudioAppend, now: float) -> list[Output]:
         # Audio is never refused for arriving fast: the connection paces the client with backpressure.
-        process = process_input(command, self.config.input_format)
+        process = process_input(self._app.heard(command, self.config.input_format), self.config.input_format)
         outputs: list[Output] = [process]
         # The audio is the caller's and always counts; frames sent with it go only where they are seen.
         if process.video_frames and not self.capabilities.video_input:
@@ -757,6 +759,7 @@ Session._handlers = {
     cmd.InputAudioAppend: Session._on_append,
     cmd.InputAudioCommit: Session._on_commit,
     cmd.InputAudioClear: Session._on_clear,
+    **dict.fromkeys((cmd.ContextAppend, cmd.InputAudioMute), on_context),
     cmd.InputCancel: Session._on_input_cancel,
     cmd.CallDtmf: Session._on_dtmf,
     cmd.InputTextAppend: Session._on_text_append,

@@ -18,6 +18,7 @@ __all__ = [
     "BargeIn",
     "CallDtmf",
     "Command",
+    "ContextAppend",
     "ConversationItemCreate",
     "ConversationItemDelete",
     "ConversationItemRetrieve",
@@ -25,6 +26,7 @@ __all__ = [
     "InputAudioAppend",
     "InputAudioClear",
     "InputAudioCommit",
+    "InputAudioMute",
     "InputCancel",
     "InputTextAppend",
     "ItemSpec",
@@ -98,6 +100,17 @@ class InputAudioCommit(Command):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InputAudioClear(Command):
     type: ClassVar[str] = "input_audio_buffer.clear"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputAudioMute(Command):
+    """Stop (``muted``) or resume hearing the caller: while muted the engine hears silence in their audio's place.
+
+    The audio stream goes on, so the session's timeline and the engine's clock keep time.
+    """
+
+    type: ClassVar[str] = "input_audio.mute"
+    muted: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,6 +205,24 @@ class ConversationItemCreate(Command):
     output: str | None = None
     #: A user message's pictures (``input_image`` parts), as JPEG or PNG data URLs.
     images: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextAppend(Command):
+    """Context the application adds while the conversation goes on (the Live API's context appends).
+
+    ``channel``: ``instructions`` (guidance), ``thinking`` (silent notes) or ``commentary``
+    (something the model should say, in its own words). ``delegation_id``: the delegation (the
+    engine's function call) this answers, or None for general context. It asks for no reply:
+    when the model speaks is the model's, or the gateway's turn-taking's, to decide.
+    """
+
+    type: ClassVar[str] = "context.append"
+    channel: str
+    content: str
+    delegation_id: str | None = None
+    #: The conversation item standing for it, where the client named one.
+    item_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

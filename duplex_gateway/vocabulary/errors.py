@@ -29,6 +29,11 @@ class ErrorCode(enum.StrEnum):
     UNSUPPORTED_SAMPLE_RATE = "unsupported_sample_rate"
     UNSUPPORTED_TURN_DETECTION = "unsupported_turn_detection"
     UNSUPPORTED_BY_ENGINE = "unsupported_by_engine"
+    # The Live API's own (OpenAI documents the first two; the gateway names the others).
+    UNKNOWN_PARAMETER = "unknown_parameter"
+    FUNCTION_CALL_OUTPUTS_REQUIRED = "function_call_outputs_required"
+    SESSION_ALREADY_STARTED = "session_already_started"
+    DELEGATION_MODE_MISMATCH = "delegation_mode_mismatch"
     BINARY_NOT_SUPPORTED = "binary_not_supported"
     SESSION_NOT_CONFIGURED = "session_not_configured"
     INVALID_RESUME_TOKEN = "invalid_resume_token"
