@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from starlette.websockets import WebSocket
 from duplex_gateway.audio.vad import SileroVad
 from duplex_gateway.auth import AuthMiddleware, Denial, Gate, Principal, auth_routes
 from duplex_gateway.config import GatewaySettings
+from duplex_gateway.dialects.live import LiveDialect
 from duplex_gateway.dialects.realtime import RealtimeDialect
 from duplex_gateway.dialects.realtime_session import parse_session_patch, session_payload
 from duplex_gateway.engine import port
@@ -285,6 +287,57 @@ class _Gateway:
         finally:
             self.connections.discard(connection)
 
+    async def live(self, websocket: WebSocket) -> None:
+        """``/v1/live/sessions``: OpenAI's full-duplex Live API; its ``session.start`` opens the session.
+
+        Auth, admission, metrics, logs and recording are the Realtime route's; a Live session is
+        not resumed (the Live API has no resume), so a dropped socket ends it.
+        """
+        offered = [
+            p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
+        ]
+        # A browser offers "realtime" beside its key's subprotocol, as on /v1/realtime.
+        await websocket.accept(subprotocol="realtime" if "realtime" in offered else None)
+        session_id = new_session_id(self.settings.server.node_id)
+        defaults = self.defaults
+        principal = websocket.scope.get("auth")
+        if isinstance(principal, Principal) and principal.session:
+            try:  # a client secret's session, as on /v1/realtime; session.start applies over it
+                defaults = _with_session(defaults, principal.session)
+            except ProtocolError as exc:
+                logger.warning("session %s: client secret's session not applied: %s", session_id, exc.message)
+        limits = self.settings.limits
+        connection = Connection(
+            websocket,
+            session_id=session_id,
+            engine=self.engine,
+            settings=self.settings,
+            defaults=defaults,
+            registry=self.registry,
+            handshake=Handshake.DUPLEX,  # nothing but session.start until it comes
+            dialect=LiveDialect(
+                session_id=session_id,
+                expires_at=int(time.time() + limits.max_session_s),
+                max_message_bytes=limits.max_message_bytes,
+            ),
+            resumes=None,
+            metrics=self.metrics,
+            dialect_name="live",
+            recorder=self.recordings.start(
+                session_id,
+                principal=principal if isinstance(principal, Principal) else None,
+                engine=self.engine.capabilities,
+                dialect="live",
+                config=defaults,
+                endpoint=_endpoint(websocket, False),
+            ),
+        )
+        self.connections.add(connection)
+        try:
+            await connection.serve()
+        finally:
+            self.connections.discard(connection)
+
     async def close_all(self, timeout_s: float = 5.0) -> None:
         """Tell every live session the gateway is going away and wait for them to close."""
         self.begin_drain()
@@ -432,6 +485,7 @@ def create_app(settings: GatewaySettings, engine: port.Engine) -> Starlette:
         Route("/v1/realtime/calls/{call_id}/hangup", gateway.hang_up_call, methods=["POST"]),
         WebSocketRoute("/v1/realtime", gateway.realtime),
         WebSocketRoute("/v1/duplex", gateway.duplex),
+        WebSocketRoute("/v1/live/sessions", gateway.live),
         WebSocketRoute("/telephony", gateway.telephony),
         WebSocketRoute("/telephony/{carrier}", gateway.telephony),
         # POST /v1/realtime/client_secrets (OpenAI's ephemeral keys), GET /v1/auth/check.
