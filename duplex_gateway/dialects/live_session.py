@@ -37,6 +37,7 @@ from duplex_gateway.vocabulary.session_config import (
     SessionPatch,
     ToolChoice,
     ToolChoiceMode,
+    TurnDetection,
 )
 
 __all__ = [
@@ -151,7 +152,8 @@ class LiveSetup:
     store_requested: bool = False
 
     def patch(self) -> SessionPatch:
-        """What the gateway's session takes: one format both ways, spoken replies, the caller's words."""
+        """What the gateway's session takes: one format both ways, spoken replies, the caller's words, turns
+        the model or the gateway takes (no client event asks for a reply)."""
         delegation = self.delegation
         tools = (DELEGATE_TOOL,) if delegation.target == "client" else delegation.tools
         changes: dict[str, object] = {}
@@ -168,6 +170,11 @@ class LiveSetup:
             output_modalities=(Modality.AUDIO,),
             input_transcription=InputTranscription(),
             tools=tools,
+            # The model decides when to speak: an engine with turn-taking of its own uses it
+            # (vLLM-Omni's auto_response); for the others the gateway's turn detection answers
+            # each turn and a caller who speaks over a reply stops it.
+            turn_detection=TurnDetection(create_response=True, interrupt_response=True),
+            auto_response=True,
             **changes,  # type: ignore[arg-type]
         )
 

@@ -1,0 +1,127 @@
+"""A Live session's reply audio in real time: the playout's pace, what it says was heard, and cuts."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from duplex_gateway.dialects.base import PacedDialect
+from duplex_gateway.dialects.live import LEAD_MS, LivePlayout, PacedLiveDialect
+from duplex_gateway.vocabulary import commands as cmd
+from duplex_gateway.vocabulary import events as ev
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
+from duplex_gateway.vocabulary.session_config import SessionConfig, TurnDetection
+
+PCM24 = AudioFormat(encoding=Encoding.PCM16, rate=24_000)
+
+
+def _ms(ms: int) -> bytes:
+    return b"\x01\x00" * (24 * ms)
+
+
+def _sent_ms(due: list[tuple[str, bytes]]) -> float:
+    return sum(PCM24.duration_ms(len(audio)) for _, audio in due)
+
+
+def test_audio_goes_out_no_faster_than_it_plays_a_lead_ahead() -> None:
+    playout = LivePlayout(PCM24, lead_ms=100, chunk_ms=40)
+    playout.queue("r1", "i1", _ms(1000))
+    due, wake = playout.due(0.0)
+    # Chunks go until what is sent runs more than the lead ahead of the clock.
+    assert 100 <= _sent_ms(due) <= 140 and wake is not None
+    total = _sent_ms(due)
+    now = 0.0
+    while wake is not None:
+        now = wake
+        due, wake = playout.due(now)
+        total += _sent_ms(due)
+        assert total - now * 1000 <= 100 + 40 + 1e-6
+    assert total == pytest.approx(1000) and now == pytest.approx(0.86, abs=0.05)
+
+
+def test_what_was_heard_is_what_the_clock_says_played() -> None:
+    playout = LivePlayout(PCM24, lead_ms=100, chunk_ms=40)
+    playout.queue("r1", "i1", _ms(500))
+    playout.due(0.0)
+    heard = playout.heard(0.05)
+    assert heard is not None and (heard.response_id, heard.item_id, heard.played_ms) == ("r1", "i1", 50)
+    cut = playout.clear(0.07)
+    assert cut is not None and cut.played_ms == 70
+    assert not playout.playing(0.07) and playout.due(0.08) == ([], None)
+    assert playout.clear(0.09) is None  # nothing was playing
+
+
+def _started() -> PacedLiveDialect:
+    dialect = PacedLiveDialect(session_id="live_test", expires_at=1_900_000_000, max_message_bytes=1 << 20)
+    (update, *_) = dialect.parse(json.dumps({"type": "session.start", "session": {"model": "gpt-live-1"}}))
+    assert isinstance(update, cmd.SessionUpdate)
+    config = SessionConfig().apply(update.session)
+    assert dialect.render(ev.SessionCreated(session_id="s", config=config), seq=1) is not None
+    return dialect
+
+
+def test_a_live_session_takes_turns_by_itself() -> None:
+    dialect = PacedLiveDialect(session_id="s", expires_at=0, max_message_bytes=1 << 20)
+    (update, *_) = dialect.parse(json.dumps({"type": "session.start", "session": {"model": "m"}}))
+    assert isinstance(update, cmd.SessionUpdate)
+    config = SessionConfig(turn_detection=None).apply(update.session)
+    assert config.turn_detection == TurnDetection(create_response=True, interrupt_response=True)
+    assert config.auto_response  # an engine with turn-taking of its own decides
+
+
+def test_the_paced_dialect_sends_reply_audio_from_pump_and_acks_what_played() -> None:
+    dialect = _started()
+    assert isinstance(dialect, PacedDialect)
+    dialect.tick(10.0)
+    audio = ev.AudioDelta(response_id="r1", item_id="i1", audio=_ms(1000), rate=24_000)
+    assert dialect.render(audio, seq=2) is None
+    frames, wake = dialect.pump(10.0)
+    wires = [json.loads(frame) for frame in frames]
+    assert {w["type"] for w in wires} == {"session.output_audio.delta"}
+    assert len({w["event_id"] for w in wires}) == len(wires)
+    assert b"".join(base64.b64decode(w["delta"]) for w in wires) == _ms(1000)[: len(wires) * 1920]
+    assert wake is not None and wake > 10.0
+    acks: list[cmd.PlaybackAck] = []
+    now = wake
+    while wake is not None:
+        now = wake
+        _, wake = dialect.pump(now)
+        acks.extend(c for c in dialect.take_commands() if isinstance(c, cmd.PlaybackAck))
+    assert acks and all(a.response_id == "r1" and a.item_id == "i1" for a in acks)
+    played = [a.played_ms for a in acks]
+    assert played == sorted(played) and played[-1] <= (now - 10.0) * 1000 + 1
+
+
+def test_a_cancelled_reply_stops_at_once_and_is_truncated_where_the_caller_stopped_hearing_it() -> None:
+    dialect = _started()
+    dialect.tick(0.0)
+    dialect.render(ev.AudioDelta(response_id="r1", item_id="i1", audio=_ms(2000), rate=24_000), seq=2)
+    _, wake = dialect.pump(0.0)
+    while wake is not None and wake <= 0.3:
+        _, wake = dialect.pump(wake)
+    dialect.take_commands()
+    dialect.tick(0.3)
+    dialect.render(ev.ResponseDone(response_id="r1", status="cancelled", reason="turn_detected"), seq=3)
+    truncate = [c for c in dialect.take_commands() if isinstance(c, cmd.ConversationItemTruncate)]
+    assert [(t.item_id, t.audio_end_ms) for t in truncate] == [("i1", 300)]
+    assert dialect.pump(0.31) == ([], None)  # nothing more of it goes out
+
+
+def test_a_reply_that_ends_by_itself_plays_to_its_end() -> None:
+    dialect = _started()
+    dialect.tick(0.0)
+    dialect.render(ev.AudioDelta(response_id="r1", item_id="i1", audio=_ms(300), rate=24_000), seq=2)
+    dialect.render(ev.ResponseDone(response_id="r1", status="completed"), seq=3)
+    sent = 0.0
+    now: float | None = 0.0
+    while now is not None:
+        frames, now = dialect.pump(now)
+        sent += sum(PCM24.duration_ms(len(base64.b64decode(json.loads(f)["delta"]))) for f in frames)
+    assert sent == pytest.approx(300)
+    assert not [c for c in dialect.take_commands() if isinstance(c, cmd.ConversationItemTruncate)]
+
+
+def test_the_lead_is_small() -> None:
+    assert LEAD_MS <= 150  # what a caller may hear after a barge-in, beyond the detection's own delay
