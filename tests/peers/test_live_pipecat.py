@@ -1,0 +1,272 @@
+"""Pipecat's ``OpenAILiveLLMService`` at its defaults, only its URL pointed at a real gateway.
+
+The service speaks OpenAI's full-duplex Live API on ``/v1/live/sessions``. A caller's microphone
+streams without pause (a Live client never commits a turn nor asks for a reply); the gateway's
+turn-taking answers a spoken question, and speaking over the reply stops it. What the client
+receives is recorded, with the time it arrived, as Pipecat's own WebSocket reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip(
+    "pipecat", reason="Pipecat runs in .venv-peers (make test runs it there, where it must be installed)"
+)
+
+from pipecat.frames.frames import InputAudioRawFrame, LLMContextFrame
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineWorker
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.services.openai.live.llm import OpenAILiveLLMService
+from pipecat.workers.runner import WorkerRunner
+
+from tests.e2e.helpers import Gateway, GatewayFactory
+from tests.fixtures import SPEECH_END_MS, SPEECH_START_MS, load_speech
+
+pytestmark = pytest.mark.e2e
+
+logger = logging.getLogger(__name__)
+
+#: The embedded engine's first reply loads its models on two cores.
+REPLY_TIMEOUT_S = 90.0
+MIC_RATE = 16_000
+MIC_FRAME_MS = 20
+#: A speaker heard over the reply stops it within this (from the onset of their speech).
+BARGE_IN_BOUND_S = 0.5
+#: No reply audio for this long: the reply has stopped.
+QUIET_S = 0.3
+
+
+class WireTap:
+    """The service's WebSocket, noting every event it receives (with its arrival time) and sends."""
+
+    def __init__(self, ws: Any, service: TappedLiveService) -> None:
+        self._ws = ws
+        self._service = service
+
+    async def send(self, message: str) -> None:
+        self._service.sent.append(json.loads(message)["type"])
+        await self._ws.send(message)
+
+    def __aiter__(self) -> AsyncIterator[str | bytes]:
+        return self._received()
+
+    async def _received(self) -> AsyncIterator[str | bytes]:
+        loop = asyncio.get_running_loop()
+        async for message in self._ws:
+            self._service.received.append((loop.time(), json.loads(message)))
+            yield message
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ws, name)
+
+
+class TappedLiveService(OpenAILiveLLMService):
+    """Pipecat's Live service unchanged, its socket tapped from the first event it reads."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.received: list[tuple[float, dict[str, Any]]] = []
+        self.sent: list[str] = []
+
+    async def _receive_task_handler(self) -> None:
+        self._websocket = WireTap(self._websocket, self)
+        await super()._receive_task_handler()
+
+    def times(self, kind: str) -> list[float]:
+        return [t for t, message in self.received if message["type"] == kind]
+
+    def kinds(self) -> list[str]:
+        return [message["type"] for _, message in self.received]
+
+
+@dataclass
+class Microphone:
+    """The caller's microphone: 20 ms frames in real time, silence unless something is said."""
+
+    worker: PipelineWorker
+    queued: list[np.ndarray] = field(default_factory=list)
+    #: When each utterance's first frame went out (loop time).
+    said_at: list[float] = field(default_factory=list)
+
+    def say(self, samples: np.ndarray) -> None:
+        self.queued.append(samples)
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        step = MIC_RATE * MIC_FRAME_MS // 1000
+        silence = np.zeros(step, dtype=np.int16)
+        playing: np.ndarray | None = None
+        next_at = loop.time()
+        while True:
+            if playing is None and self.queued:
+                playing = self.queued.pop(0)
+                self.said_at.append(loop.time())
+            if playing is not None:
+                chunk, playing = playing[:step], playing[step:]
+                if len(playing) == 0:
+                    playing = None
+                chunk = np.pad(chunk, (0, step - len(chunk)))
+            else:
+                chunk = silence
+            frame = InputAudioRawFrame(audio=chunk.tobytes(), sample_rate=MIC_RATE, num_channels=1)
+            await self.worker.queue_frames([frame])
+            next_at += MIC_FRAME_MS / 1000
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+
+
+def _speech() -> np.ndarray:
+    """The speech fixture (a question about the weather) as the microphone's PCM16."""
+    return (np.clip(load_speech(MIC_RATE), -1.0, 1.0) * 32767).astype(np.int16)
+
+
+async def _until(service: TappedLiveService, kind: str, timeout_s: float, run: asyncio.Task[Any]) -> float:
+    async with asyncio.timeout(timeout_s):
+        while not service.times(kind):
+            if run.done():
+                run.result()
+                raise AssertionError(f"the pipeline ended before {kind}: {service.kinds()}")
+            await asyncio.sleep(0.01)
+    return service.times(kind)[0]
+
+
+@dataclass
+class Conversation:
+    service: TappedLiveService
+    said_at: list[float]
+    first_audio_at: float
+
+
+async def _converse(gateway: Gateway, *, barge_in: bool) -> Conversation:
+    service = TappedLiveService(api_key="sk-test", base_url=f"{gateway.ws_url}/v1/live/sessions")
+    worker = PipelineWorker(Pipeline([service]))
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    run = asyncio.create_task(runner.run())
+    mic = Microphone(worker)
+    listening: asyncio.Task[None] | None = None
+    loop = asyncio.get_running_loop()
+    try:
+        await worker.queue_frames([LLMContextFrame(LLMContext(messages=[]))])
+        await _until(service, "session.started", 30.0, run)
+        listening = asyncio.create_task(mic.run())
+        mic.say(_speech())
+        first_audio = await _until(service, "session.output_audio.delta", REPLY_TIMEOUT_S, run)
+        if barge_in:
+            await asyncio.sleep(0.3)  # the caller hears the start of the reply, then speaks over it
+            mic.say(_speech())
+            await asyncio.sleep(SPEECH_START_MS / 1000 + 1.5)
+        else:  # the reply plays out
+            while loop.time() - max(service.times("session.output_audio.delta")) < 1.0:
+                await asyncio.sleep(0.05)
+    finally:
+        if listening is not None:
+            listening.cancel()
+        await worker.cancel()
+        async with asyncio.timeout(30):
+            await run
+    return Conversation(service, mic.said_at, first_audio)
+
+
+def _stopped_after_onset(conversation: Conversation) -> float:
+    """How long after the onset of the speech over the reply its audio kept coming (s)."""
+    onset = conversation.said_at[1] + SPEECH_START_MS / 1000
+    every = conversation.service.times("session.output_audio.delta")
+    assert any(onset - 0.2 < t <= onset for t in every), "the reply was not playing when the caller spoke"
+    deltas = [t for t in every if t > onset]
+    last = onset
+    for t in deltas:
+        if t - last > QUIET_S:
+            break
+        last = t
+    return last - onset
+
+
+def _answered_after(conversation: Conversation) -> float:
+    """From the end of the question to the first reply audio the client got (s)."""
+    return conversation.first_audio_at - (conversation.said_at[0] + SPEECH_END_MS / 1000)
+
+
+@pytest.fixture(scope="module")
+def echo_gateway(module_gateway_factory: GatewayFactory) -> Gateway:
+    return module_gateway_factory.start({"server": {"web_demo": False}}, name="live-echo")
+
+
+@pytest.fixture(scope="module")
+def embedded_gateway(module_gateway_factory: GatewayFactory) -> Gateway:
+    config = {"server": {"web_demo": False}, "engine": {"name": "embedded"}}
+    return module_gateway_factory.start(config, name="live-embedded")
+
+
+def _assert_started_without_error(service: TappedLiveService) -> None:
+    kinds = service.kinds()
+    assert service.sent[0] == "session.start", service.sent
+    assert kinds[0] == "session.started", kinds
+    assert "error" not in kinds, [m for _, m in service.received if m["type"] == "error"]
+
+
+async def test_a_spoken_question_gets_spoken_audio_back_from_echo(echo_gateway: Gateway) -> None:
+    conversation = await _converse(echo_gateway, barge_in=False)
+    _assert_started_without_error(conversation.service)
+    assert "session.input_audio.append" in conversation.service.sent
+    deltas = conversation.service.times("session.output_audio.delta")
+    assert len(deltas) > 10
+    # Real time: the reply's audio arrives over about as long as it plays, not in a burst.
+    audio_s = sum(
+        len(message["delta"]) * 3 / 4 / 2 / 24_000
+        for _, message in conversation.service.received
+        if message["type"] == "session.output_audio.delta"
+    )
+    assert deltas[-1] - deltas[0] >= audio_s - 0.3
+
+
+async def test_speaking_over_the_echo_reply_stops_it(echo_gateway: Gateway, record_property: Any) -> None:
+    conversation = await _converse(echo_gateway, barge_in=True)
+    _assert_started_without_error(conversation.service)
+    stopped = _stopped_after_onset(conversation)
+    logger.info("echo: the reply stopped %.0f ms after the speech over it began", stopped * 1000)
+    record_property("barge_in_stop_ms", round(stopped * 1000))
+    assert stopped < BARGE_IN_BOUND_S
+
+
+async def test_a_spoken_question_gets_a_spoken_answer_with_its_words_from_embedded(
+    embedded_gateway: Gateway, record_property: Any
+) -> None:
+    conversation = await _converse(embedded_gateway, barge_in=False)
+    latency = _answered_after(conversation)
+    logger.info("embedded: first reply audio %.0f ms after the end of the question", latency * 1000)
+    record_property("first_audio_ms", round(latency * 1000))
+    _assert_started_without_error(conversation.service)
+    words = "".join(
+        message["delta"]
+        for _, message in conversation.service.received
+        if message["type"] == "session.output_transcript.delta"
+    )
+    heard = "".join(
+        message["delta"]
+        for _, message in conversation.service.received
+        if message["type"] == "session.input_transcript.delta"
+    )
+    assert words.strip(), conversation.service.kinds()
+    assert "weather" in heard.lower(), heard
+    assert len(conversation.service.times("session.output_audio.delta")) > 10
+
+
+async def test_speaking_over_the_embedded_reply_stops_it(
+    embedded_gateway: Gateway, record_property: Any
+) -> None:
+    conversation = await _converse(embedded_gateway, barge_in=True)
+    _assert_started_without_error(conversation.service)
+    stopped = _stopped_after_onset(conversation)
+    logger.info("embedded: the reply stopped %.0f ms after the speech over it began", stopped * 1000)
+    record_property("barge_in_stop_ms", round(stopped * 1000))
+    assert stopped < BARGE_IN_BOUND_S
