@@ -108,7 +108,7 @@ class LimitSettings(_Section):
     max_session_s: float = Field(3600.0, gt=0)
     #: Text messages above this get a ``message_too_large`` error; the session survives. The
     #: default holds an ``input_audio_buffer.append`` of 15 MiB of audio (OpenAI's cap) in base64.
-    #: A session holds at most one client message at a time (see ``host/connection.py``).
+    #: A session holds at most one client message at a time (see ``host/reader.py``).
     max_message_bytes: int = Field(MAX_MESSAGE_BYTES, ge=1024)
     #: Messages above this close the connection with 1009 before they are read whole.
     hard_max_message_bytes: int = Field(24 << 20, ge=1024)
