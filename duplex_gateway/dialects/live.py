@@ -49,6 +49,7 @@ from duplex_gateway.dialects.live_errors import (
 )
 from duplex_gateway.dialects.live_session import DELEGATE_TOOL, session_resource
 from duplex_gateway.vocabulary import commands as cmd
+from duplex_gateway.vocabulary import context_events as ctx
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.commands import Command
 from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError, error_type_for
@@ -60,6 +61,7 @@ __all__ = [
     "CLIENT_EVENT_TYPES",
     "CLOSE_REASONS",
     "LEAD_MS",
+    "RESPONSES_HERE",
     "Heard",
     "LiveDialect",
     "LivePlayout",
@@ -427,6 +429,11 @@ class LiveDialect:
         }
         return _with_client_id(body, pending.event_id)
 
+    def _context_appended(self, event: ctx.ContextAppended) -> JsonObject:
+        now = self.state.now_ms()
+        body: JsonObject = {"type": f"session.{event.channel}.appended", "start_ms": now, "end_ms": now}
+        return _with_client_id(body, event.event_id)
+
     def _error(self, event: ev.ErrorEvent) -> JsonObject:
         if event.event_id is not None and event.event_id in self.state.updates:
             self.state.updates.remove(event.event_id)  # a refused update gets no session.updated
@@ -485,6 +492,11 @@ _RENDERERS: Mapping[type[ev.ServerEvent], Callable[[LiveDialect, Any], JsonObjec
     ev.ResponseDone: LiveDialect._response_done,
     ev.ConversationItemAdded: LiveDialect._item_added,
     ev.ErrorEvent: LiveDialect._error,
+    ctx.ContextAppended: LiveDialect._context_appended,
+    ctx.InputAudioMuted: lambda d, e: {
+        "type": "session.input_audio.muted" if e.muted else "session.input_audio.unmuted"
+    },
+    ctx.Notice: lambda d, e: {"type": "info", "code": e.code, "message": e.message},
 }
 
 
@@ -582,6 +594,15 @@ class LivePlayout:
 #: How often, in played audio, the session hears how much of the reply the caller has heard.
 ACK_EVERY_MS = 200
 
+#: What a session started with Responses delegation is told: the gateway hands no work to a backend.
+RESPONSES_HERE = ctx.Notice(
+    code="responses_delegation_local",
+    message=(
+        "Responses delegation: this gateway has no Responses backend, so its voice engine answers by "
+        "itself and calls the session's function tools itself; hosted tools are not run."
+    ),
+)
+
 
 class PacedLiveDialect(LiveDialect):
     """The Live dialect with its reply audio paced in real time (a :class:`~duplex_gateway.dialects.base.PacedDialect`).
@@ -598,6 +619,8 @@ class PacedLiveDialect(LiveDialect):
         self._commands: list[cmd.Command] = []
         self._acked: tuple[str, int] | None = None
         self._audio_frames = 0
+        #: Frames of the dialect's own to go out with the next pump (an ``info`` after ``session.started``).
+        self._own: list[Frame] = []
 
     def render(self, event: ev.ServerEvent, *, seq: int) -> str | None:
         setup = self.state.setup
@@ -610,7 +633,16 @@ class PacedLiveDialect(LiveDialect):
         cancelled = isinstance(event, ev.ResponseDone) and event.status == "cancelled"
         if cancelled or isinstance(event, ev.OutputAudioCleared):
             self._cut()
-        return super().render(event, seq=seq)
+        frame = super().render(event, seq=seq)
+        if (
+            isinstance(event, ev.SessionCreated)
+            and frame is not None
+            and self.state.delegation.target == "responses"
+        ):
+            notice = self._render(RESPONSES_HERE, f"event_{seq}_info")
+            if notice is not None:
+                self._own.append(notice)
+        return frame
 
     def _cut(self) -> None:
         cut = self._playout.clear(self._now) if self._playout is not None else None
@@ -622,10 +654,10 @@ class PacedLiveDialect(LiveDialect):
     def pump(self, now: float) -> tuple[list[Frame], float | None]:
         """The reply audio due at ``now`` as ``session.output_audio.delta`` frames, and when to ask again."""
         self._now = now
+        frames, self._own = self._own, []
         if self._playout is None:
-            return [], None
+            return frames, None
         due, wake = self._playout.due(now)
-        frames: list[Frame] = []
         for _, audio in due:
             self._audio_frames += 1
             wire = {

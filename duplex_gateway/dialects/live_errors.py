@@ -43,17 +43,17 @@ __all__ = [
     "wrong_type",
 ]
 
-# OpenAI documents these three for the Live API.
-UNKNOWN_PARAMETER = "unknown_parameter"
-FUNCTION_CALL_OUTPUTS_REQUIRED = "function_call_outputs_required"
+# OpenAI documents these three for the Live API (the first two are in the gateway's vocabulary).
+UNKNOWN_PARAMETER = ErrorCode.UNKNOWN_PARAMETER.value
+FUNCTION_CALL_OUTPUTS_REQUIRED = ErrorCode.FUNCTION_CALL_OUTPUTS_REQUIRED.value
 # OpenAI's codes of the same meaning on its other APIs.
 MISSING_REQUIRED_PARAMETER = "missing_required_parameter"
 INVALID_TYPE = "invalid_type"
 INVALID_VALUE = "invalid_value"
-# No source names these; the gateway's names.
+# No source names these; the gateway's names (the last two in its vocabulary).
 SESSION_NOT_STARTED = "session_not_started"
-SESSION_ALREADY_STARTED = "session_already_started"
-DELEGATION_MODE_MISMATCH = "delegation_mode_mismatch"
+SESSION_ALREADY_STARTED = ErrorCode.SESSION_ALREADY_STARTED.value
+DELEGATION_MODE_MISMATCH = ErrorCode.DELEGATION_MODE_MISMATCH.value
 #: A Live feature the gateway's vocabulary has no command or event for yet.
 NOT_SUPPORTED = "not_supported"
 
@@ -93,13 +93,18 @@ def live_code(code: ErrorCode) -> str:
     return GATEWAY_TO_LIVE.get(code, code.value)
 
 
+#: The gateway's code for each Live code its vocabulary has no member of the same name for.
+_NEAREST: Mapping[str, ErrorCode] = {
+    MISSING_REQUIRED_PARAMETER: ErrorCode.MISSING_FIELD,
+    SESSION_NOT_STARTED: ErrorCode.SESSION_NOT_CONFIGURED,
+    NOT_SUPPORTED: ErrorCode.UNSUPPORTED_BY_ENGINE,
+}
+_GATEWAY_CODES = frozenset(code.value for code in ErrorCode)
+
+
 def refuse(live: str, message: str, *, param: str | None = None) -> LiveProtocolError:
-    """A refusal with a Live code; the gateway code is the nearest of its own."""
-    gateway = {
-        MISSING_REQUIRED_PARAMETER: ErrorCode.MISSING_FIELD,
-        SESSION_NOT_STARTED: ErrorCode.SESSION_NOT_CONFIGURED,
-        NOT_SUPPORTED: ErrorCode.UNSUPPORTED_BY_ENGINE,
-    }.get(live, ErrorCode.INVALID_EVENT if live == UNKNOWN_PARAMETER else ErrorCode.INVALID_VALUE)
+    """A refusal with a Live code; the gateway code is the same one where the vocabulary has it, else the nearest."""
+    gateway = ErrorCode(live) if live in _GATEWAY_CODES else _NEAREST.get(live, ErrorCode.INVALID_VALUE)
     return LiveProtocolError(live, gateway, message, param=param)
 
 

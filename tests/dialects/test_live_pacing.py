@@ -1,4 +1,5 @@
-"""A Live session's reply audio in real time: the playout's pace, what it says was heard, and cuts."""
+"""A Live session's reply audio in real time (the playout's pace, what it says was heard, cuts), and the
+vocabulary the Live API added: context appends acknowledged, mute, notices, the Live error codes."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import json
 import pytest
 
 from duplex_gateway.dialects.base import PacedDialect
-from duplex_gateway.dialects.live import LEAD_MS, LivePlayout, PacedLiveDialect
+from duplex_gateway.dialects.live import LEAD_MS, RESPONSES_HERE, LivePlayout, PacedLiveDialect
 from duplex_gateway.vocabulary import commands as cmd
+from duplex_gateway.vocabulary import context_events as ctx
 from duplex_gateway.vocabulary import events as ev
+from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
 from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 from duplex_gateway.vocabulary.session_config import SessionConfig, TurnDetection
 
@@ -125,3 +128,58 @@ def test_a_reply_that_ends_by_itself_plays_to_its_end() -> None:
 
 def test_the_lead_is_small() -> None:
     assert LEAD_MS <= 150  # what a caller may hear after a barge-in, beyond the detection's own delay
+
+
+# -- the vocabulary the Live API added -------------------------------------------------------------
+
+
+def test_context_mute_and_notice_events_render_as_the_live_apis() -> None:
+    dialect = _started()
+    appended = dialect.render(ctx.ContextAppended(channel="thinking", item_id="i1", event_id="t1"), seq=2)
+    assert appended is not None
+    assert json.loads(appended) == {
+        "type": "session.thinking.appended",
+        "event_id": "event_2",
+        "start_ms": 0,
+        "end_ms": 0,
+        "client_event_id": "t1",
+    }
+    muted = [dialect.render(ctx.InputAudioMuted(muted=m), seq=3) for m in (True, False)]
+    assert [json.loads(m or "{}")["type"] for m in muted] == [
+        "session.input_audio.muted",
+        "session.input_audio.unmuted",
+    ]
+    info = dialect.render(ctx.Notice(code="c", message="m"), seq=4)
+    assert info is not None and json.loads(info) == {
+        "type": "info",
+        "event_id": "event_4",
+        "code": "c",
+        "message": "m",
+    }
+
+
+def test_a_responses_delegation_session_starts_and_is_told_the_engine_answers_by_itself() -> None:
+    dialect = PacedLiveDialect(session_id="s", expires_at=0, max_message_bytes=1 << 20)
+    delegation = {"type": "responses", "responses": {"model": "gpt-5.6-luna"}}
+    (update, *_) = dialect.parse(
+        json.dumps({"type": "session.start", "session": {"model": "m", "delegation": delegation}})
+    )
+    assert isinstance(update, cmd.SessionUpdate)
+    started = dialect.render(
+        ev.SessionCreated(session_id="s", config=SessionConfig().apply(update.session)), seq=1
+    )
+    assert started is not None and json.loads(started)["type"] == "session.started"
+    frames, _ = dialect.pump(0.0)
+    assert [json.loads(f)["type"] for f in frames] == ["info"]
+    assert json.loads(frames[0])["code"] == RESPONSES_HERE.code
+    assert dialect.pump(0.1) == ([], None)  # said once
+
+
+def test_the_live_codes_of_the_vocabulary_are_the_refusals_own() -> None:
+    dialect = _started()
+    with pytest.raises(ProtocolError) as again:
+        dialect.parse(json.dumps({"type": "session.start", "session": {"model": "m"}}))
+    assert again.value.code is ErrorCode.SESSION_ALREADY_STARTED
+    with pytest.raises(ProtocolError) as unknown:
+        dialect.parse(json.dumps({"type": "session.close", "x": 1}))
+    assert unknown.value.code is ErrorCode.UNKNOWN_PARAMETER
