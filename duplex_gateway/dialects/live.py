@@ -14,8 +14,9 @@ What the Live API names differently:
   ``delegation_id`` goes back as the call's output. Under Responses delegation the engine calls the
   client's function tools; each reply that calls one is a delegation whose calls the client sees in
   ``response.event`` envelopes, and answers with ``response.item.create`` and ``response.create``.
-- A **context append** becomes a conversation item the dialect names, so the session's
-  ``conversation.item.added`` for it is the append's acknowledgement.
+- A **context append** is a :class:`~duplex_gateway.vocabulary.commands.ContextAppend` (under a
+  conversation item id the dialect names); the session's ``ContextAppended`` is its
+  acknowledgement, ``session.<channel>.appended``. Mute and unmute are ``InputAudioMute``.
 - The **session timeline** (``start_ms``, ``end_ms``, ``offset_ms``) is the caller's audio received
   so far, which a Live client streams without pause; the dialect keeps no clock.
 - **What the caller heard**: a Live client plays the audio it gets as it gets it and sends no
@@ -417,18 +418,6 @@ class LiveDialect:
 
     # acknowledgements and errors
 
-    def _item_added(self, event: ev.ConversationItemAdded) -> JsonObject | None:
-        pending = self.state.appends.pop(event.item.id, None)
-        if pending is None:
-            return None
-        end = max(pending.at_ms, self.state.now_ms())
-        body: JsonObject = {
-            "type": f"session.{pending.channel}.appended",
-            "start_ms": pending.at_ms,
-            "end_ms": end,
-        }
-        return _with_client_id(body, pending.event_id)
-
     def _context_appended(self, event: ctx.ContextAppended) -> JsonObject:
         now = self.state.now_ms()
         body: JsonObject = {"type": f"session.{event.channel}.appended", "start_ms": now, "end_ms": now}
@@ -437,11 +426,6 @@ class LiveDialect:
     def _error(self, event: ev.ErrorEvent) -> JsonObject:
         if event.event_id is not None and event.event_id in self.state.updates:
             self.state.updates.remove(event.event_id)  # a refused update gets no session.updated
-        if event.event_id is not None:  # nor a refused append its acknowledgement
-            for item_id in [
-                i for i, append in self.state.appends.items() if append.event_id == event.event_id
-            ]:
-                del self.state.appends[item_id]
         key = _error_key(event.code, event.message, event.param, event.event_id)
         code = self._refusals.pop(key, None) or live_code(event.code)
         error: JsonObject = {"type": error_type_for(event.code), "code": code, "message": event.message}
@@ -490,7 +474,6 @@ _RENDERERS: Mapping[type[ev.ServerEvent], Callable[[LiveDialect, Any], JsonObjec
     ev.FunctionCallArgumentsDone: LiveDialect._arguments_done,
     ev.OutputItemDone: LiveDialect._call_done,
     ev.ResponseDone: LiveDialect._response_done,
-    ev.ConversationItemAdded: LiveDialect._item_added,
     ev.ErrorEvent: LiveDialect._error,
     ctx.ContextAppended: LiveDialect._context_appended,
     ctx.InputAudioMuted: lambda d, e: {

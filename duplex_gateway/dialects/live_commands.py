@@ -2,7 +2,7 @@
 
 Every parser reads its event strictly (the Live API refuses unknown fields) and may read and note
 things in the connection's :class:`LiveState`: the startup configuration, the delegations the
-client may answer, the context appends waiting for their acknowledgement. Pure: no I/O, no clock;
+client may answer. Pure: no I/O, no clock;
 the session timeline is the caller's audio received, which a Live client streams without pause.
 """
 
@@ -30,14 +30,16 @@ from duplex_gateway.dialects.live_errors import (
 from duplex_gateway.dialects.live_session import Delegation, LiveSetup, parse_start, parse_update
 from duplex_gateway.vocabulary.commands import (
     Command,
+    ContextAppend,
     ConversationItemCreate,
     InputAudioAppend,
+    InputAudioMute,
     ResponseCreate,
     SessionClose,
     SessionUpdate,
 )
 
-__all__ = ["CONTEXT_CHANNELS", "PARSERS", "ContextAppend", "LiveState"]
+__all__ = ["CONTEXT_CHANNELS", "MUTES", "PARSERS", "LiveState"]
 
 #: The three context-append channels, by client event type.
 CONTEXT_CHANNELS: Mapping[str, str] = {
@@ -45,21 +47,8 @@ CONTEXT_CHANNELS: Mapping[str, str] = {
     "session.thinking.append": "thinking",
     "session.commentary.append": "commentary",
 }
-#: Live client events the gateway's vocabulary has nothing for yet: refused, saying so.
-_GAPS: Mapping[str, str] = {
-    "session.input_audio.mute": "muting the caller's audio",
-    "session.input_audio.unmute": "unmuting the caller's audio",
-}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ContextAppend:
-    """A context append waiting for the conversation item that acknowledges it."""
-
-    channel: str
-    event_id: str | None
-    #: Where the session timeline stood when it arrived (ms).
-    at_ms: int
+#: Whether each of the two mute events mutes the caller.
+MUTES: Mapping[str, bool] = {"session.input_audio.mute": True, "session.input_audio.unmute": False}
 
 
 @dataclass(slots=True)
@@ -76,8 +65,7 @@ class LiveState:
     close_event_id: str | None = None
     #: The session timeline: how much caller audio has arrived (ms).
     timeline_ms: float = 0.0
-    #: Context appends by the id of the conversation item standing for them.
-    appends: dict[str, ContextAppend] = field(default_factory=dict)
+    #: Context appends so far (numbering the conversation items standing for them).
     appended: int = 0
     #: Client delegations the client may still answer (delegation id = the engine's call id).
     open_delegations: set[str] = field(default_factory=set)
@@ -161,39 +149,34 @@ def _context_append(
         raise bad_value("content", content)
     delegation_id = read_str(data, "delegation_id", "")
     channel = CONTEXT_CHANNELS[kind]
+    if delegation_id is not None:
+        if state.delegation.target != "client":
+            raise refuse(
+                DELEGATION_MODE_MISMATCH,
+                "Responses delegation takes no delegation_id on context appends; send null for general context.",
+                param="delegation_id",
+            )
+        if delegation_id not in state.open_delegations:
+            raise bad_value("delegation_id", delegation_id)
+        state.open_delegations.discard(delegation_id)
     state.appended += 1
-    item_id = f"item_live_{channel}_{state.appended}"
-    pending = ContextAppend(channel=channel, event_id=event_id, at_ms=state.now_ms())
-    if delegation_id is None:
-        state.appends[item_id] = pending
-        # Context, not a caller's turn: a system message the engine reads with the conversation.
-        commands: list[Command] = [
-            ConversationItemCreate(event_id=event_id, item_id=item_id, role="system", text=content)
-        ]
-        if channel == "commentary":  # to be spoken, in the model's own words
-            commands.append(ResponseCreate(event_id=event_id))
-        return tuple(commands)
-    if state.delegation.target != "client":
-        raise refuse(
-            DELEGATION_MODE_MISMATCH,
-            "Responses delegation takes no delegation_id on context appends; send null for general context.",
-            param="delegation_id",
-        )
-    if delegation_id not in state.open_delegations:
-        raise bad_value("delegation_id", delegation_id)
-    state.open_delegations.discard(delegation_id)
-    state.appends[item_id] = pending
-    # The client's answer to the engine's delegate call: its output, which the engine's next words use.
-    output = ConversationItemCreate(
+    # The session puts it in the conversation (a delegation's answer as the output of the engine's
+    # call) and acknowledges it; whether and when the model speaks of it is the session's to decide.
+    append = ContextAppend(
         event_id=event_id,
-        item_id=item_id,
-        role="tool",
-        text="",
-        kind="function_call_output",
-        call_id=delegation_id,
-        output=content,
+        channel=channel,
+        content=content,
+        delegation_id=delegation_id,
+        item_id=f"item_live_{channel}_{state.appended}",
     )
-    return (output, ResponseCreate(event_id=event_id)) if channel == "commentary" else (output,)
+    return (append,)
+
+
+def _mute(data: Mapping[str, object], event_id: str | None, state: LiveState) -> tuple[Command, ...]:
+    kind = str(data["type"])
+    _envelope(data)
+    _started(state, kind)
+    return (InputAudioMute(event_id=event_id, muted=MUTES[kind]),)
 
 
 def _item_create(data: Mapping[str, object], event_id: str | None, state: LiveState) -> tuple[Command, ...]:
@@ -261,11 +244,6 @@ def _session_close(data: Mapping[str, object], event_id: str | None, state: Live
     return (SessionClose(event_id=event_id, reason="close_requested"),)
 
 
-def _not_yet(data: Mapping[str, object], event_id: str | None, state: LiveState) -> tuple[Command, ...]:
-    kind = str(data["type"])
-    raise refuse(NOT_SUPPORTED, f"{kind} is not supported by this gateway yet ({_GAPS[kind]}).", param="type")
-
-
 PARSERS: Mapping[str, _Parser] = {
     "session.start": _session_start,
     "session.update": _session_update,
@@ -274,5 +252,5 @@ PARSERS: Mapping[str, _Parser] = {
     "response.item.create": _item_create,
     "response.create": _response_create,
     "session.close": _session_close,
-    **dict.fromkeys(_GAPS, _not_yet),
+    **dict.fromkeys(MUTES, _mute),
 }

@@ -24,6 +24,7 @@ from duplex_gateway.dialects.realtime_commands import COMMAND_PARSERS
 from duplex_gateway.dialects.realtime_items import render_item
 from duplex_gateway.dialects.realtime_session import session_payload
 from duplex_gateway.vocabulary.commands import Command
+from duplex_gateway.vocabulary.context_events import LIVE_ONLY
 from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError, error_type_for
 from duplex_gateway.vocabulary.events import (
     AudioDelta,
@@ -181,7 +182,7 @@ def render_server_event(
     """
     if beta and event.type in _GA_ONLY:
         return None
-    if not duplex and event.type in _DUPLEX_ONLY:
+    if (not duplex and event.type in _DUPLEX_ONLY) or event.type in LIVE_ONLY:
         return None
     if isinstance(event, OutputAudioCleared) and event.response_id is None:
         # OpenAI's event requires the id of the reply whose audio was cleared; clearing

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from duplex_gateway.vocabulary.events import ServerEvent
 
-__all__ = ["ContextAppended", "InputAudioMuted", "Notice"]
+__all__ = ["LIVE_ONLY", "ContextAppended", "InputAudioMuted", "Notice"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,3 +41,7 @@ class Notice(ServerEvent):
     type: ClassVar[str] = "notice"
     code: str
     message: str
+
+
+#: The event types here: a renderer for another protocol (a Realtime observer's) skips them.
+LIVE_ONLY: frozenset[str] = frozenset({InputAudioMuted.type, ContextAppended.type, Notice.type})

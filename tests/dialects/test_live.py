@@ -19,11 +19,14 @@ import pytest
 from duplex_gateway.dialects import live, live_commands, live_errors, live_session
 from duplex_gateway.dialects.live import LiveDialect
 from duplex_gateway.dialects.live_session import DELEGATE_TOOL, MAX_INPUT_ITEMS
+from duplex_gateway.vocabulary import context_events as ctx
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.commands import (
     Command,
+    ContextAppend,
     ConversationItemCreate,
     InputAudioAppend,
+    InputAudioMute,
     ResponseCreate,
     SessionClose,
     SessionUpdate,
@@ -447,7 +450,9 @@ def test_events_the_live_api_has_no_form_for_render_as_nothing(event: ev.ServerE
 
 
 @pytest.mark.parametrize("channel", ["instructions", "thinking", "commentary"])
-def test_general_context_is_a_system_item_whose_addition_is_the_acknowledgement(channel: str) -> None:
+def test_general_context_is_a_context_append_whose_appended_event_is_the_acknowledgement(
+    channel: str,
+) -> None:
     dialect = _dialect()
     _started(dialect)
     _send(dialect, {"type": "session.input_audio.append", "audio": _audio(500)})
@@ -455,16 +460,17 @@ def test_general_context_is_a_system_item_whose_addition_is_the_acknowledgement(
         dialect,
         {"type": f"session.{channel}.append", "event_id": "c1", "delegation_id": None, "content": "Note."},
     )
-    item = commands[0]
-    assert isinstance(item, ConversationItemCreate) and item.role == "system" and item.text == "Note."
-    assert [type(c) for c in commands[1:]] == ([ResponseCreate] if channel == "commentary" else [])
-    assert item.item_id is not None
-    ack = _wire(
-        dialect,
-        ev.ConversationItemAdded(
-            item=ev.ConversationItem(id=item.item_id, role="system"), previous_item_id=None
-        ),
+    # One command, no reply request: when the model speaks (commentary) is the session's to decide.
+    (append,) = commands
+    assert isinstance(append, ContextAppend)
+    assert (append.channel, append.content, append.delegation_id) == (channel, "Note.", None)
+    assert append.item_id is not None
+    # The conversation item alone is no acknowledgement; the session's ContextAppended is.
+    added = ev.ConversationItemAdded(
+        item=ev.ConversationItem(id=append.item_id, role="system"), previous_item_id=None
     )
+    assert _wire(dialect, added) is None
+    ack = _wire(dialect, ctx.ContextAppended(channel=channel, item_id=append.item_id, event_id="c1"))
     assert ack == {
         "type": f"session.{channel}.appended",
         "event_id": "event_1",
@@ -494,7 +500,7 @@ def test_client_delegation_round_trip() -> None:
         "offset_ms": 0,
         "delegation": {"id": "call_1", "type": "delegation", "target": "client"},
     }
-    output, reply = _send(
+    (answer,) = _send(
         dialect,
         {
             "type": "session.commentary.append",
@@ -503,9 +509,9 @@ def test_client_delegation_round_trip() -> None:
             "content": "It is 3 pm.",
         },
     )
-    assert isinstance(output, ConversationItemCreate)
-    assert (output.kind, output.call_id, output.output) == ("function_call_output", "call_1", "It is 3 pm.")
-    assert isinstance(reply, ResponseCreate)
+    # The session makes it the output of the engine's call, and has the engine speak of it.
+    assert isinstance(answer, ContextAppend)
+    assert (answer.channel, answer.delegation_id, answer.content) == ("commentary", "call_1", "It is 3 pm.")
     # A delegation is answered once; later words for it are refused rather than taken for another.
     again = _refused(
         dialect, {"type": "session.commentary.append", "delegation_id": "call_1", "content": "More."}
@@ -677,7 +683,7 @@ def test_errors_the_session_raises_carry_live_codes() -> None:
         (b"\x00\x01", "binary_not_supported"),
         ('{"event_id": "e"}', "missing_required_parameter"),
         ('{"type": "conversation.item.create"}', "invalid_value"),
-        ('{"type": "session.input_audio.mute"}', "not_supported"),
+        ('{"type": "session.input_audio.mute", "muted": true}', "unknown_parameter"),
         ('{"type": "session.close", "event_id": 5}', "invalid_type"),
     ],
 )
@@ -833,6 +839,14 @@ def whole_conversation() -> list[str]:
             )
             commands += _send(dialect, {"type": "response.create", "event_id": "rc1"})
         for command in commands:
+            if isinstance(command, ContextAppend) and command.item_id is not None:
+                appended = ctx.ContextAppended(
+                    channel=command.channel,
+                    item_id=command.item_id,
+                    delegation_id=command.delegation_id,
+                    event_id=command.event_id,
+                )
+                out(dialect, appended)
             if isinstance(command, ConversationItemCreate) and command.item_id is not None:
                 item = ev.ConversationItem(
                     id=command.item_id,
@@ -851,13 +865,8 @@ def whole_conversation() -> list[str]:
                 "content": "The caller is in a hurry.",
             },
         )
-        assert isinstance(note, ConversationItemCreate) and note.item_id is not None
-        out(
-            dialect,
-            ev.ConversationItemAdded(
-                item=ev.ConversationItem(id=note.item_id, role="system"), previous_item_id=None
-            ),
-        )
+        assert isinstance(note, ContextAppend) and note.item_id is not None
+        out(dialect, ctx.ContextAppended(channel="thinking", item_id=note.item_id, event_id="t1"))
         out(dialect, ev.ErrorEvent(code=ErrorCode.ENGINE_ERROR, message="the engine hiccupped"))
         _send(dialect, {"type": "session.close", "event_id": "bye"})
         out(dialect, ev.SessionClosed(session_id="internal", reason="close_requested"))
@@ -915,9 +924,24 @@ def test_a_refused_append_is_not_acknowledged() -> None:
     (item,) = _send(
         dialect, {"type": "session.thinking.append", "event_id": "t1", "delegation_id": None, "content": "x"}
     )
-    assert isinstance(item, ConversationItemCreate) and item.item_id is not None
-    _wire(dialect, ev.ErrorEvent(code=ErrorCode.INVALID_VALUE, message="no", event_id="t1"))
+    assert isinstance(item, ContextAppend) and item.item_id is not None
+    # The session answers a refused append with an error and no ContextAppended; its item is no ack.
+    wire = _wire(dialect, ev.ErrorEvent(code=ErrorCode.INVALID_VALUE, message="no", event_id="t1"))
+    assert wire is not None and wire["error"]["client_event_id"] == "t1"
     added = ev.ConversationItemAdded(
         item=ev.ConversationItem(id=item.item_id, role="system"), previous_item_id=None
     )
     assert _wire(dialect, added) is None
+
+
+@pytest.mark.parametrize(("kind", "muted"), [("mute", True), ("unmute", False)])
+def test_mute_and_unmute_are_input_audio_mute_acknowledged_by_the_session(kind: str, muted: bool) -> None:
+    dialect = _dialect()
+    assert _refused(dialect, {"type": f"session.input_audio.{kind}"})["error"]["code"] == (
+        "session_not_started"
+    )
+    _started(dialect)
+    (command,) = _send(dialect, {"type": f"session.input_audio.{kind}", "event_id": "m1"})
+    assert isinstance(command, InputAudioMute) and command.muted is muted and command.event_id == "m1"
+    wire = _wire(dialect, ctx.InputAudioMuted(muted=muted))
+    assert wire == {"type": f"session.input_audio.{kind}d", "event_id": "event_1"}
