@@ -270,3 +270,102 @@ async def test_speaking_over_the_embedded_reply_stops_it(
     logger.info("embedded: the reply stopped %.0f ms after the speech over it began", stopped * 1000)
     record_property("barge_in_stop_ms", round(stopped * 1000))
     assert stopped < BARGE_IN_BOUND_S
+
+
+#: What the weather function says; the engine's spoken words read it back.
+FORECAST = "sunny and nineteen degrees on Tuesday morning"
+
+
+async def test_a_function_the_callers_words_call_runs_in_pipecat_and_its_output_is_spoken_by_embedded(
+    embedded_gateway: Gateway,
+) -> None:
+    """A function registered with Pipecat as its docs show, called by the caller's words, its output spoken.
+
+    Pipecat's default (no ``delegation``) is client delegation with no backend: it declines every
+    delegation and runs no registered function. Its functions run under Responses delegation, where
+    a delegated response's function calls come in ``response.event`` envelopes, Pipecat runs the
+    handler and answers with ``response.item.create`` and ``response.create``; so that is the mode
+    set here, everything else at its defaults. The gateway has no Responses backend: the embedded
+    engine's own tool router calls the function and speaks its output.
+    """
+    from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+    from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+    from pipecat.services.llm_service import FunctionCallParams
+    from pipecat.services.openai.responses.llm import OpenAIResponsesLLMService
+
+    calls: list[dict[str, Any]] = []
+
+    async def fetch_weather_report(params: FunctionCallParams) -> None:
+        calls.append(dict(params.arguments))
+        await params.result_callback({"forecast": FORECAST})
+
+    weather = FunctionSchema(
+        name="get_weather_report",
+        description="Get the weather report for a day",
+        properties={"day": {"type": "string", "description": "The day of the week"}},
+        required=["day"],
+    )
+    service = TappedLiveService(
+        api_key="sk-test",
+        base_url=f"{embedded_gateway.ws_url}/v1/live/sessions",
+        delegation=OpenAILiveLLMService.ResponsesDelegation(
+            settings=OpenAIResponsesLLMService.Settings(model="gpt-5.4-mini")
+        ),
+    )
+    service.register_function("get_weather_report", fetch_weather_report)
+    worker = PipelineWorker(Pipeline([service]))
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    run = asyncio.create_task(runner.run())
+    mic = Microphone(worker)
+    listening: asyncio.Task[None] | None = None
+    loop = asyncio.get_running_loop()
+    try:
+        context = LLMContext(messages=[], tools=ToolsSchema(standard_tools=[weather]))
+        await worker.queue_frames([LLMContextFrame(context)])
+        await _until(service, "session.started", 30.0, run)
+        listening = asyncio.create_task(mic.run())
+        mic.say(_speech())
+        async with asyncio.timeout(REPLY_TIMEOUT_S):
+            while "response.create" not in service.sent:
+                if run.done():
+                    run.result()
+                await asyncio.sleep(0.05)
+        # The reply that speaks the output: wait for its words to stop coming.
+        async with asyncio.timeout(REPLY_TIMEOUT_S):
+            while not _spoken_after_output(service) or (
+                loop.time() - max(service.times("session.output_transcript.delta")) < 1.5
+            ):
+                await asyncio.sleep(0.05)
+    finally:
+        if listening is not None:
+            listening.cancel()
+        await worker.cancel()
+        async with asyncio.timeout(30):
+            await run
+    _assert_started_without_error(service)
+    # The router reads "Tuesday" as that day's date.
+    assert len(calls) == 1 and calls[0].get("day"), calls
+    envelopes = [m["event"] for _, m in service.received if m["type"] == "response.event"]
+    called = [e["item"] for e in envelopes if e["type"] == "response.output_item.done"]
+    assert [item["name"] for item in called] == ["get_weather_report"], envelopes
+    assert service.sent.index("response.item.create") < service.sent.index("response.create")
+    words = _spoken_after_output(service).lower()
+    assert "sunny" in words and "nineteen" in words, words
+
+
+def _spoken_after_output(service: TappedLiveService) -> str:
+    """The engine's words (output transcript) after the function call reached the client."""
+    called_at = [
+        t
+        for t, m in service.received
+        if m["type"] == "response.event" and m["event"]["type"] == "response.output_item.done"
+    ]
+    if "response.create" not in service.sent or not called_at:
+        return ""
+    after = called_at[0]
+    return "".join(
+        m["delta"]
+        for t, m in service.received
+        if m["type"] == "session.output_transcript.delta" and t > after
+    )
