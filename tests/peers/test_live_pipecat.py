@@ -9,6 +9,7 @@ receives is recorded, with the time it arrived, as Pipecat's own WebSocket reads
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -369,3 +370,60 @@ def _spoken_after_output(service: TappedLiveService) -> str:
         for t, m in service.received
         if m["type"] == "session.output_transcript.delta" and t > after
     )
+
+
+async def _realtime_first_audio_after_speech(gateway: Gateway) -> float:
+    """The same question through ``/v1/realtime`` with OpenAI's SDK at its defaults (server VAD): s to first audio."""
+    from openai import AsyncOpenAI
+
+    from tests.fixtures import load_speech
+
+    rate = 24_000  # the Realtime API's default input format
+    speech = (np.clip(load_speech(rate), -1.0, 1.0) * 32767).astype(np.int16)
+    step = rate * MIC_FRAME_MS // 1000
+    client = AsyncOpenAI(api_key="sk-test", websocket_base_url=f"{gateway.ws_url}/v1")
+    loop = asyncio.get_running_loop()
+    async with client.realtime.connect(model="gpt-realtime") as connection:
+        said_at = loop.time()
+
+        async def speak() -> None:
+            frames = [speech[i : i + step] for i in range(0, len(speech), step)]
+            silence = np.zeros(step, dtype=np.int16)
+            next_at = loop.time()
+            for n in range(10**6):
+                chunk = frames[n] if n < len(frames) else silence
+                audio = base64.b64encode(np.pad(chunk, (0, step - len(chunk))).tobytes()).decode("ascii")
+                await connection.input_audio_buffer.append(audio=audio)
+                next_at += MIC_FRAME_MS / 1000
+                await asyncio.sleep(max(0.0, next_at - loop.time()))
+
+        speaking = asyncio.create_task(speak())
+        try:
+            async with asyncio.timeout(REPLY_TIMEOUT_S):
+                async for event in connection:
+                    assert event.type != "error", event
+                    if event.type == "response.output_audio.delta":
+                        return loop.time() - (said_at + SPEECH_END_MS / 1000)
+        finally:
+            speaking.cancel()
+    raise AssertionError("the Realtime session ended before any reply audio")
+
+
+async def test_end_of_speech_to_first_reply_audio_through_live_and_through_realtime(
+    embedded_gateway: Gateway, capsys: Any, record_property: Any
+) -> None:
+    """One run, one embedded gateway: the same question through Live (Pipecat) and Realtime (OpenAI's SDK).
+
+    Prints the two latencies and their ratio (Live over Realtime); asserts nothing about them.
+    """
+    # A first conversation warms the engine's models, so neither measurement pays for loading them.
+    await _converse(embedded_gateway, barge_in=False)
+    live = _answered_after(await _converse(embedded_gateway, barge_in=False))
+    realtime = await _realtime_first_audio_after_speech(embedded_gateway)
+    record_property("live_first_audio_ms", round(live * 1000))
+    record_property("realtime_first_audio_ms", round(realtime * 1000))
+    with capsys.disabled():
+        print(
+            f"\nembedded, end of speech -> first reply audio: Live {live * 1000:.0f} ms, "
+            f"Realtime {realtime * 1000:.0f} ms, ratio {live / realtime:.2f}"
+        )
