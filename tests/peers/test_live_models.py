@@ -140,37 +140,9 @@ def test_the_dialect_takes_every_event_pipecat_sends() -> None:
         assert all(command.event_id == event.event_id for command in commands), event.type
 
 
-def test_pipecat_client_delegation_answers_reach_the_engine() -> None:
-    from duplex_gateway.dialects.live_session import DELEGATE_TOOL
-    from duplex_gateway.vocabulary import events as ev
-    from tests.dialects.test_live import _call, _dialect
-
-    dialect = _dialect()
-    dialect.parse(
-        json.dumps(
-            pipecat_live.SessionStartEvent(
-                session=pipecat_live.SessionConfig(model="gpt-live-1")
-            ).to_payload()
-        )
-    )
-    created = dialect.render(
-        ev.OutputItemDone(response_id="r1", output_index=0, item=_call("r1", "call_9", DELEGATE_TOOL.name)),
-        seq=1,
-    )
-    assert created is not None
-    delegation = pipecat_live.parse_server_event(created)
-    assert isinstance(delegation, pipecat_live.SessionDelegationCreatedEvent)
-    answer = pipecat_live.SessionCommentaryAppendEvent(
-        delegation_id=delegation.delegation.id, content="It is noon."
-    )
-    (output, _reply) = dialect.parse(json.dumps(answer.to_payload()))
-    assert (output.call_id, output.output) == ("call_9", "It is noon.")
-
-
-def test_the_dialect_takes_livekits_session_start_and_refuses_its_mute_saying_why() -> None:
+def test_the_dialect_takes_livekits_session_start_and_its_context_events() -> None:
     from livekit.agents.llm._realtime import gpt_live_types as lk
 
-    from duplex_gateway.vocabulary.errors import ProtocolError
     from tests.dialects.test_live import _dialect
 
     start = lk.SessionStartEvent(
@@ -209,5 +181,4 @@ def test_the_dialect_takes_livekits_session_start_and_refuses_its_mute_saying_wh
         lk.SessionCloseEvent(),
     ):
         assert dialect.parse(json.dumps(event.model_dump(exclude_none=True)))
-    with pytest.raises(ProtocolError, match="not supported"):
-        dialect.parse(json.dumps(lk.InputAudioMuteEvent(event_id="m1").model_dump(exclude_none=True)))
+    # Mute and unmute: tests/peers/test_live_models_context.py.
