@@ -565,6 +565,12 @@ class LivePlayout:
         """Reply audio is queued, or sent and not played yet."""
         return bool(self._queue) or (self._ends_at is not None and self._ends_at > now)
 
+    def playing_reply(self, now: float) -> str | None:
+        """The reply the caller hears at ``now``, or hears next (None: nothing is playing)."""
+        if self._current is not None and self._ends_at is not None and self._ends_at > now:
+            return self._current[0]
+        return self._queue[0][0] if self._queue else None
+
     def clear(self, now: float) -> Heard | None:
         """Drop what is queued: what the caller heard of the reply cut short (None: nothing was playing)."""
         cut = self.heard(now) if self.playing(now) else None
@@ -593,6 +599,11 @@ class PacedLiveDialect(LiveDialect):
     Reply audio goes out through :class:`LivePlayout`; the session hears what was played as
     playback acks, and a reply cut short (a barge-in, a cleared output) as a truncation at
     what the caller heard, so that is what the conversation keeps of it.
+
+    A reply the engine has finished making can still be playing (a fast engine makes it long
+    before it plays): the session has no reply to interrupt then, so a caller who speaks over
+    it (with ``interrupt_response``) is a barge-in the dialect cuts itself, as a Realtime
+    client truncates the audio it is playing.
     """
 
     def __init__(self, *, session_id: str, expires_at: int, max_message_bytes: int) -> None:
@@ -604,6 +615,8 @@ class PacedLiveDialect(LiveDialect):
         self._audio_frames = 0
         #: Frames of the dialect's own to go out with the next pump (an ``info`` after ``session.started``).
         self._own: list[Frame] = []
+        #: The session's turn detection stops a reply the caller speaks over (``interrupt_response``).
+        self._barge_in = False
 
     def render(self, event: ev.ServerEvent, *, seq: int) -> str | None:
         setup = self.state.setup
@@ -616,6 +629,11 @@ class PacedLiveDialect(LiveDialect):
         cancelled = isinstance(event, ev.ResponseDone) and event.status == "cancelled"
         if cancelled or isinstance(event, ev.OutputAudioCleared):
             self._cut()
+        elif isinstance(event, ev.SessionCreated | ev.SessionUpdated):
+            td = event.config.turn_detection
+            self._barge_in = td is not None and td.interrupt_response
+        elif isinstance(event, ev.SpeechStarted) and self._barge_in and self._made_reply_playing():
+            self._cut()
         frame = super().render(event, seq=seq)
         if (
             isinstance(event, ev.SessionCreated)
@@ -626,6 +644,11 @@ class PacedLiveDialect(LiveDialect):
             if notice is not None:
                 self._own.append(notice)
         return frame
+
+    def _made_reply_playing(self) -> bool:
+        # A reply still being made is the session's to interrupt: its cancellation cuts it here.
+        playing = self._playout.playing_reply(self._now) if self._playout is not None else None
+        return playing is not None and playing not in self._view.replies
 
     def _cut(self) -> None:
         cut = self._playout.clear(self._now) if self._playout is not None else None
