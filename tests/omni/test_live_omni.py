@@ -349,14 +349,6 @@ def fast_gateway(gateway_factory: GatewayFactory, tmp_path: Path) -> Gateway:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "a barge-in interrupts only a reply the engine is still making (session: response_active); "
-        "one already made but still paced out by PacedLiveDialect plays to its end"
-    ),
-)
 async def test_speaking_over_a_reply_made_faster_than_it_plays_cuts_it(fast_gateway: Gateway) -> None:
     """As a model on a fast accelerator does: the reply is whole in the gateway long before it has
     played; the caller speaking over it must still stop what they hear."""
