@@ -43,7 +43,8 @@ VENV_BIN = Path(sys.executable).parent
 PYTHON = sys.executable
 CONSOLE_SCRIPT = VENV_BIN / "duplex-gateway"
 
-READY_TIMEOUT_S = 30.0
+# The embedded engine loads Whisper and Piper before it is ready: 16 s on a busy 2-core machine.
+READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 
 # Every gateway started by a GatewayFactory, for the per-test log check (conftest).
