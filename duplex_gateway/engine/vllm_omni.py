@@ -143,6 +143,9 @@ class VllmOmniSession(port.EngineSession):
         #: Text items added under the gateway's ids (the ones a delete can name).
         self._added_items: set[str] = set()
         self._cancelled_pending: set[str] = set()
+        #: Gateway ids of replies the gateway stopped (cancel, barge-in) and the engine has not
+        #: ended yet: what vLLM-Omni still says of them is not passed on.
+        self._stopped: set[str] = set()
         #: Finished replies by engine id, for playback reports that come after them.
         self._finished: dict[str, OmniReply] = {}
         #: The last finished reply nobody reported playback for: (engine id, engine ms).
@@ -304,10 +307,27 @@ class VllmOmniSession(port.EngineSession):
             # stops the reply it is preparing now, before the caller's next turn. The reply keeps
             # its place in line: announced later, it must not be taken for the next turn's.
             self._cancelled_pending.add(response_id)
+        self._take_back({response_id})
         await self._handle.cancel_response(engine_id)
 
     async def barge_in(self) -> None:
+        self._take_back({reply.gateway_id for reply in self._replies.values()})  # it stops every reply
         await self._handle.barge_in()
+
+    def _take_back(self, stopped: set[str]) -> None:
+        """Stop passing on what ``stopped`` replies say, and take back what is queued of it.
+
+        vLLM-Omni may have produced more of a reply before it takes the stop; that output, queued
+        here or still to come, would reach the gateway after the stop.
+        """
+        self._stopped |= stopped
+        kept: list[port.EngineEvent] = []
+        while not self._events.empty():
+            event = self._events.get_nowait()
+            if not (isinstance(event, port.REPLY_OUTPUT_EVENTS) and event.response_id in stopped):
+                kept.append(event)
+        for event in kept:
+            self._events.put_nowait(event)
 
     async def ack_playback(self, *, response_id: str, played_ms: int) -> None:
         engine_id = self._engine_id(response_id) or response_id
@@ -437,6 +457,10 @@ class VllmOmniSession(port.EngineSession):
                     reason = str(getattr(event, "reason", None) or kind)
                     break
                 for out in self._translate(event.to_realtime()):
+                    if isinstance(out, port.REPLY_OUTPUT_EVENTS) and out.response_id in self._stopped:
+                        continue
+                    if isinstance(out, port.EngineResponseDone):
+                        self._stopped.discard(out.response_id)
                     await self._events.put(out)
             else:
                 reason = str(getattr(self._handle, "close_reason", None) or reason)
