@@ -312,7 +312,7 @@ class LiveDialect:
         if final:
             # No "completed" in the Live API: only the words the deltas have not shown yet.
             self._view.heard.pop(item_id, None)
-            delta = text[len(heard.text) :] if text.startswith(heard.text) else ""
+            delta = text[len(heard.text) :] if text.startswith(heard.text) else _revision(heard.text, text)
         else:
             heard.text += text
         if not delta:
@@ -697,3 +697,18 @@ class PacedLiveDialect(LiveDialect):
         """What the pacing has for the session: playback acks, and the truncation after a cut."""
         out, self._commands = self._commands, []
         return out
+
+
+def _revision(shown: str, final: str) -> str:
+    """The final transcript's words past those the deltas already showed right.
+
+    A recognizer's final words may revise its partial ones, and the Live API has no event that
+    replaces words: the client gets the final words from the first one that differs, so what the
+    caller said reaches it even where the partial words were wrong.
+    """
+    common = next(
+        (i for i, (a, b) in enumerate(zip(shown, final, strict=False)) if a != b), min(len(shown), len(final))
+    )
+    start = final.rfind(" ", 0, common) + 1 if common < len(final) else common
+    rest = final[start:]
+    return f" {rest}" if rest and shown and not shown.endswith(" ") else rest
