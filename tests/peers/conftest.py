@@ -15,6 +15,7 @@ import os
 if os.environ.get("DUPLEX_GATEWAY_REQUIRE_PEERS") == "1":
     # Under make test's run in .venv-peers a broken install must fail here, not skip every module.
     import livekit.plugins.openai  # noqa: F401
+    import openai.types.live  # noqa: F401 - the Live conformance test validates with these
     import pipecat  # noqa: F401
 
 import sys
