@@ -176,7 +176,7 @@ class EmbeddedSession(port.EngineSession):
             return
         if self._early is not None:
             # Superseded: the commit can only reuse the transcription of the longest turn.
-            self._early[1].cancel()
+            self._drop_early()
         pcm = bytes(self._turn)
         logger.debug(
             "session %s: caller paused after %.2f s of turn; transcribing early",
@@ -208,9 +208,7 @@ class EmbeddedSession(port.EngineSession):
             "reusing the transcription started at the pause" if early else "transcribing now",
         )
         if early is None and self._early is not None:
-            self._early[
-                1
-            ].cancel()  # not reused (the caller went on, or it is still queued): not worth finishing
+            self._drop_early()  # not reused (the caller went on, or it was still queued): not worth finishing
         self._turn.clear()
         self._turn_total = 0
         self._early = None
@@ -263,6 +261,15 @@ class EmbeddedSession(port.EngineSession):
         self._early = None
         self._restart_partials()
 
+    def _drop_early(self) -> None:
+        """Cancel the pause-time transcription; a job not yet started then never starts."""
+        assert self._early is not None
+        _, early, job = self._early
+        # The job itself, now: the asyncio side passes its cancel on only at the loop's next turn,
+        # by when a worker thread may have started it.
+        job.cancel()
+        early.cancel()
+
     def _reusable_early(self, pcm: bytes) -> tuple[asyncio.Future[str] | None, bytes]:
         """The pause-time transcription if it can stand for the turn ``pcm``, and the audio to transcribe.
 
@@ -278,8 +285,12 @@ class EmbeddedSession(port.EngineSession):
         if tail_bytes > len(pcm) or (tail_bytes and not _is_quiet_tail(pcm, tail_bytes)):
             return None, pcm  # the caller spoke again after the pause
         heard = pcm[: len(pcm) - tail_bytes]
-        if not job.running() and not job.done():
-            # Still queued behind other callers' guesses: a committed turn goes ahead of them.
+        if job.cancel():
+            # Still queued (behind other callers' guesses, or for a worker thread a busy CPU has
+            # not woken yet): a committed turn goes ahead of it. The cancel is also the test, as
+            # one step: a check of ``job.running()`` followed by a cancel on the loop's next turn
+            # (what cancelling the asyncio side does) let a worker start the guess in between,
+            # and the turn was transcribed twice.
             return None, heard
         if early.done() and (early.cancelled() or early.exception() is not None):
             return None, heard
@@ -321,7 +332,7 @@ class EmbeddedSession(port.EngineSession):
         self._closed = True
         await self._replies.stop_all(in_conversation=None)
         if self._early is not None:
-            self._early[1].cancel()
+            self._drop_early()
             self._early = None
         for task in list(self._background):
             task.cancel()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 from duplex_gateway.config import load_settings
 from duplex_gateway.engine import port
 from duplex_gateway.engine.embedded import DIDNT_CATCH, EmbeddedEngine
+from duplex_gateway.engine.embedded.workers import Priority
 from duplex_gateway.engine.registry import build_engine
 from duplex_gateway.vocabulary.session_config import SessionConfig
 from tests.engine.embedded.conftest import to_pcm16
@@ -613,3 +615,41 @@ async def test_a_turn_is_transcribed_from_the_same_audio_whether_or_not_its_paus
     assert wer(SPEECH_TEXT, final.text) <= 0.25, final.text
     # The guess was dropped unstarted; the turn was transcribed from the audio it would have had.
     assert held.heard[1:] == [speech_pcm], [len(pcm) for pcm in held.heard]
+
+
+async def test_a_guess_the_commit_does_not_reuse_can_no_longer_start_once_it_returns(
+    engine: EmbeddedEngine, speech_pcm: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the commit and the loop's next turn a free worker could start the dropped guess."""
+    held = HeldTranscriber(engine)
+    monkeypatch.setattr(engine.models.final, "transcribe", held)
+    submitted: list[tuple[Priority, concurrent.futures.Future[Any]]] = []
+    submit = engine.submit
+
+    def recording(
+        priority: Priority, fn: Any, /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[Any]:
+        job = submit(priority, fn, *args, **kwargs)
+        submitted.append((priority, job))
+        return job
+
+    monkeypatch.setattr(engine, "submit", recording)
+    async with opened(engine, "busy") as other, opened(engine, "dropped") as session:
+        await speak(other, speech_pcm, pace_s=0)
+        await other.caller_paused()  # holds the one thread guesses may take
+        async with asyncio.timeout(10):
+            while not held.heard:
+                await asyncio.sleep(0.01)
+        await speak(session, speech_pcm, pace_s=0)
+        await session.caller_paused()
+        guess = submitted[-1][1]
+        assert submitted[-1][0] is Priority.EARLY and not guess.running()
+        await session.commit(item_id="item_d", response_id=None)
+        # No await between: this is the moment a worker freed now would take the guess.
+        cancelled_at_commit = guess.cancelled()
+        held.release.set()
+        seen: list[port.EngineEvent] = []
+        while not any(isinstance(e, port.EngineInputTranscript) and e.final for e in seen):
+            seen += await read_until(session.events(), port.EngineInputTranscript)
+    assert cancelled_at_commit
+    assert len(held.heard) == 2, [len(pcm) for pcm in held.heard]  # the other's guess, and this turn once
