@@ -38,6 +38,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from duplex_gateway.dialects.live_backend import (
+    BACKEND_TOOL_NAME,
+    BackendDelegations,
+    BackendRequest,
+    BackendResult,
+)
 from duplex_gateway.dialects.live_commands import PARSERS, LiveState
 from duplex_gateway.dialects.live_errors import (
     INVALID_VALUE,
@@ -67,6 +73,7 @@ __all__ = [
     "LiveDialect",
     "LivePlayout",
     "PacedLiveDialect",
+    "responses_backend_notice",
 ]
 
 JsonObject = dict[str, object]
@@ -99,6 +106,8 @@ class _Reply:
     #: Responses delegation: the delegation it belongs to, and whether ``response.created`` went out.
     delegation: str | None = None
     announced: bool = False
+    #: Its words, for the conversation a backend reads.
+    words: str = ""
 
 
 @dataclass(slots=True)
@@ -122,14 +131,20 @@ class LiveDialect:
     """One Live connection's translator: Live client frames in, Live server frames out.
 
     ``session_id`` is the id the client sees; ``expires_at`` (Unix seconds) when the gateway ends the
-    session, which the host knows from its own limits.
+    session, which the host knows from its own limits. ``backend`` names the gateway's backend model
+    that Responses delegation goes to (see :mod:`~duplex_gateway.dialects.live_backend`); None: the
+    voice engine does the delegated work itself.
     """
 
-    def __init__(self, *, session_id: str, expires_at: int, max_message_bytes: int) -> None:
+    def __init__(
+        self, *, session_id: str, expires_at: int, max_message_bytes: int, backend: str | None = None
+    ) -> None:
         self.session_id = session_id
         self.expires_at = expires_at
         self._max_bytes = max_message_bytes
-        self.state = LiveState()
+        self.backend = backend
+        self.state = LiveState(backend=BackendDelegations() if backend is not None else None)
+        self._own_frames = 0
         self._view = _View()
         #: The Live codes of refusals raised and not yet rendered (the host renders each at once).
         self._refusals: dict[tuple[object, ...], str] = {}
@@ -286,6 +301,7 @@ class LiveDialect:
         start = reply.transcript_end_ms
         end = max(start, reply.start_ms + int(reply.audio_ms))
         reply.transcript_end_ms = end
+        reply.words += event.delta
         return {
             "type": "session.output_transcript.delta",
             "delta": event.delta,
@@ -309,6 +325,9 @@ class LiveDialect:
                 start_ms=self.state.now_ms(), cursor_ms=self.state.now_ms()
             )
         delta = text
+        backend = self._backend_on()
+        if final and backend is not None:
+            backend.transcript.add("user", text)
         if final:
             # No "completed" in the Live API: only the words the deltas have not shown yet.
             self._view.heard.pop(item_id, None)
@@ -330,9 +349,15 @@ class LiveDialect:
             reply = self._view.replies[response_id] = _Reply()
         return reply
 
+    def _backend_on(self) -> BackendDelegations | None:
+        """The backend doing this session's delegated work, if it has one (Responses delegation)."""
+        return self.state.backend if self.state.delegation.target == "responses" else None
+
     def _call_started(self, event: ev.OutputItemAdded) -> JsonObject | None:
         if event.item.kind != "function_call" or self.state.delegation.target != "responses":
             return None
+        if self._backend_on() is not None:
+            return None  # the engine's call is the backend's delegation, opened when the call is complete
         reply = self._reply(event.response_id)
         if reply.delegation is not None:
             return None
@@ -365,6 +390,15 @@ class LiveDialect:
                 return None
             self.state.open_delegations.add(item.call_id)
             return self._delegation_created(item.call_id, "client")
+        backend = self._backend_on()
+        if backend is not None:
+            if item.name != BACKEND_TOOL_NAME:
+                return None
+            setup = self.state.setup
+            system = (setup.instructions,) if setup is not None and setup.instructions else ()
+            bodies = backend.delegate(item.call_id, self.state.now_ms(), system)
+            self.state.outbox.extend(bodies[1:])
+            return bodies[0] if bodies else None
         reply = self._view.replies.get(event.response_id)
         if reply is None or reply.delegation is None:
             return None
@@ -385,6 +419,9 @@ class LiveDialect:
 
     def _response_done(self, event: ev.ResponseDone) -> JsonObject | None:
         reply = self._view.replies.pop(event.response_id, None)
+        backend = self._backend_on()
+        if reply is not None and backend is not None:
+            backend.transcript.add("assistant", reply.words)
         if reply is None or reply.delegation is None:
             return None
         status = {"completed": "completed", "failed": "failed"}.get(event.status, "incomplete")
@@ -416,9 +453,36 @@ class LiveDialect:
     def _envelope(delegation_id: str, nested: JsonObject) -> JsonObject:
         return {"type": "response.event", "delegation_id": delegation_id, "event": nested}
 
+    # the backend's work (the host runs each request and hands back what the backend streams)
+
+    def take_backend_requests(self) -> list[BackendRequest]:
+        """Backend rounds to run: each delegation the engine opened, each round the client resumed."""
+        return self.state.backend.take_requests() if self.state.backend is not None else []
+
+    def backend_result(self, result: BackendResult) -> None:
+        """What a backend round streamed; its frames go out with :meth:`own_frames`."""
+        if self.state.backend is not None:
+            self.state.outbox.extend(self.state.backend.result(result))
+
+    def take_backend_commands(self) -> list[cmd.Command]:
+        """What the backend's work has for the session: its answers, for the engine to say."""
+        return self.state.backend.take_commands() if self.state.backend is not None else []
+
+    def own_frames(self) -> list[Frame]:
+        """The dialect's own server events waiting to go out (the backend's), as frames, in order."""
+        bodies, self.state.outbox = self.state.outbox, []
+        frames: list[Frame] = []
+        for body in bodies:
+            self._own_frames += 1
+            wire = {"type": body.pop("type"), "event_id": f"event_own_{self._own_frames}", **body}
+            frames.append(json.dumps(wire, separators=(",", ":")))
+        return frames
+
     # acknowledgements and errors
 
-    def _context_appended(self, event: ctx.ContextAppended) -> JsonObject:
+    def _context_appended(self, event: ctx.ContextAppended) -> JsonObject | None:
+        if BackendDelegations.is_answer_item(event.item_id):
+            return None  # the gateway's own append: the backend's answer handed to the engine
         now = self.state.now_ms()
         body: JsonObject = {"type": f"session.{event.channel}.appended", "start_ms": now, "end_ms": now}
         return _with_client_id(body, event.event_id)
@@ -593,6 +657,17 @@ RESPONSES_HERE = ctx.Notice(
 )
 
 
+def responses_backend_notice(backend: str) -> ctx.Notice:
+    """What a session started with Responses delegation is told when a backend model does the work."""
+    return ctx.Notice(
+        code="responses_delegation_backend",
+        message=(
+            f"Responses delegation: the voice engine hands work to this gateway's backend model ({backend}), "
+            "which calls the session's function tools; hosted tools are not run."
+        ),
+    )
+
+
 class PacedLiveDialect(LiveDialect):
     """The Live dialect with its reply audio paced in real time (a :class:`~duplex_gateway.dialects.base.PacedDialect`).
 
@@ -606,8 +681,12 @@ class PacedLiveDialect(LiveDialect):
     client truncates the audio it is playing.
     """
 
-    def __init__(self, *, session_id: str, expires_at: int, max_message_bytes: int) -> None:
-        super().__init__(session_id=session_id, expires_at=expires_at, max_message_bytes=max_message_bytes)
+    def __init__(
+        self, *, session_id: str, expires_at: int, max_message_bytes: int, backend: str | None = None
+    ) -> None:
+        super().__init__(
+            session_id=session_id, expires_at=expires_at, max_message_bytes=max_message_bytes, backend=backend
+        )
         self._playout: LivePlayout | None = None
         self._now = 0.0
         self._commands: list[cmd.Command] = []
@@ -640,7 +719,8 @@ class PacedLiveDialect(LiveDialect):
             and frame is not None
             and self.state.delegation.target == "responses"
         ):
-            notice = self._render(RESPONSES_HERE, f"event_{seq}_info")
+            said = RESPONSES_HERE if self.backend is None else responses_backend_notice(self.backend)
+            notice = self._render(said, f"event_{seq}_info")
             if notice is not None:
                 self._own.append(notice)
         return frame
@@ -661,6 +741,7 @@ class PacedLiveDialect(LiveDialect):
         """The reply audio due at ``now`` as ``session.output_audio.delta`` frames, and when to ask again."""
         self._now = now
         frames, self._own = self._own, []
+        frames.extend(self.own_frames())
         if self._playout is None:
             return frames, None
         due, wake = self._playout.due(now)
@@ -690,12 +771,13 @@ class PacedLiveDialect(LiveDialect):
 
     @property
     def wants_pump(self) -> bool:
-        """Nothing a Live client sends changes what may be sent."""
-        return False
+        """A client event made frames of the dialect's own (a backend round resumed)."""
+        return bool(self.state.outbox)
 
     def take_commands(self) -> list[cmd.Command]:
         """What the pacing has for the session: playback acks, and the truncation after a cut."""
         out, self._commands = self._commands, []
+        out.extend(self.take_backend_commands())
         return out
 
 

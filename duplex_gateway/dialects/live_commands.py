@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from duplex_gateway.dialects.live_backend import BackendDelegations
 from duplex_gateway.dialects.live_errors import (
     DELEGATION_MODE_MISMATCH,
     FUNCTION_CALL_OUTPUTS_REQUIRED,
@@ -74,6 +75,10 @@ class LiveState:
     #: Responses delegation: the delegation a ``response.create`` continues.
     continuing: str | None = None
     last_delegation: str | None = None
+    #: Responses delegation handed to the gateway's backend model (None: the engine does the work).
+    backend: BackendDelegations | None = None
+    #: Server events of the dialect's own to go out next (the backend's ``response.event`` s).
+    outbox: list[dict[str, object]] = field(default_factory=list)
 
     def now_ms(self) -> int:
         return int(self.timeline_ms)
@@ -103,7 +108,18 @@ def _session_start(data: Mapping[str, object], event_id: str | None, state: Live
     assert session is not None
     setup = parse_start(session)
     state.setup, state.delegation, state.start_event_id = setup, setup.delegation, event_id
-    return (SessionUpdate(event_id=event_id, session=setup.patch()), *setup.history_items(event_id))
+    backend = _backend(state)
+    if backend is not None:
+        backend.configure(state.delegation.responses, state.delegation.tools, state.delegation.tool_choice)
+        for message in setup.history:
+            backend.transcript.add("system" if message.role == "developer" else message.role, message.text)
+    patch = setup.patch(backend=backend is not None)
+    return (SessionUpdate(event_id=event_id, session=patch), *setup.history_items(event_id))
+
+
+def _backend(state: LiveState) -> BackendDelegations | None:
+    """The backend that does this session's Responses delegation, if it has one."""
+    return state.backend if state.delegation.target == "responses" else None
 
 
 def _session_update(
@@ -113,7 +129,10 @@ def _session_update(
     _started(state, "session.update")
     session = read_object(data, "session", "", required=True)
     assert session is not None
-    state.delegation, patch = parse_update(session, state.delegation)
+    backend = _backend(state)
+    state.delegation, patch = parse_update(session, state.delegation, backend=backend is not None)
+    if backend is not None:
+        backend.configure(state.delegation.responses, state.delegation.tools, state.delegation.tool_choice)
     state.updates.append(event_id)
     return (SessionUpdate(event_id=event_id, session=patch),)
 
@@ -199,6 +218,13 @@ def _item_create(data: Mapping[str, object], event_id: str | None, state: LiveSt
         raise missing("item.output")
     if not isinstance(output, str):
         raise wrong_type("item.output", "a string", output)
+    backend = _backend(state)
+    if backend is not None:
+        # The backend's calls are the only ones a client answers: the voice engine calls none of its own.
+        if not backend.owns_call(str(call_id)):
+            raise bad_value("item.call_id", call_id)
+        backend.output(str(call_id), output)
+        return ()
     state.open_calls.discard(str(call_id))
     return (
         ConversationItemCreate(
@@ -219,14 +245,23 @@ def _response_create(
     _envelope(data)
     _started(state, "response.create")
     _responses_only(state, "response.create")
-    if state.open_calls:
-        waiting = ", ".join(sorted(state.open_calls))
-        raise refuse(
-            FUNCTION_CALL_OUTPUTS_REQUIRED,
-            f"The pending response needs an output for every function call first; missing: {waiting}.",
-        )
+    backend = _backend(state)
+    if backend is not None and backend.waiting:
+        _all_answered(backend.unanswered())
+        state.outbox.extend(backend.resume())
+        return ()
+    _all_answered(tuple(sorted(state.open_calls)))
     state.continuing = state.last_delegation
     return (ResponseCreate(event_id=event_id),)
+
+
+def _all_answered(waiting: tuple[str, ...]) -> None:
+    if waiting:
+        raise refuse(
+            FUNCTION_CALL_OUTPUTS_REQUIRED,
+            "The pending response needs an output for every function call first; "
+            f"missing: {', '.join(waiting)}.",
+        )
 
 
 def _responses_only(state: LiveState, kind: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from duplex_gateway.dialects.live_backend import backend_tool
 from duplex_gateway.dialects.live_errors import (
     DELEGATION_MODE_MISMATCH,
     INVALID_VALUE,
@@ -46,6 +47,7 @@ __all__ = [
     "Delegation",
     "HistoryMessage",
     "LiveSetup",
+    "engine_tools",
     "parse_start",
     "parse_update",
     "session_resource",
@@ -151,17 +153,20 @@ class LiveSetup:
     #: The client asked for the session to be kept; the gateway keeps none, so it resolves to false.
     store_requested: bool = False
 
-    def patch(self) -> SessionPatch:
+    def patch(self, *, backend: bool = False) -> SessionPatch:
         """What the gateway's session takes: one format both ways, spoken replies, the caller's words, turns
-        the model or the gateway takes (no client event asks for a reply)."""
+        the model or the gateway takes (no client event asks for a reply).
+
+        ``backend``: Responses delegation goes to the gateway's backend model, so the engine's one
+        function hands work to it; without one the engine calls the client's functions itself.
+        """
         delegation = self.delegation
-        tools = (DELEGATE_TOOL,) if delegation.target == "client" else delegation.tools
-        changes: dict[str, object] = {}
+        changes: dict[str, object] = {"tools": engine_tools(delegation, backend=backend)}
         if self.instructions:
             changes["instructions"] = self.instructions
         if self.voice is not None:
             changes["voice"] = self.voice
-        if delegation.tool_choice is not None:
+        if delegation.tool_choice is not None and not backend:
             changes["tool_choice"] = delegation.tool_choice
         return SessionPatch(
             model=self.model,
@@ -169,7 +174,6 @@ class LiveSetup:
             output_format=self.audio_format,
             output_modalities=(Modality.AUDIO,),
             input_transcription=InputTranscription(),
-            tools=tools,
             # The model decides when to speak: an engine with turn-taking of its own uses it
             # (vLLM-Omni's auto_response); for the others the gateway's turn detection answers
             # each turn and a caller who speaks over a reply stops it.
@@ -213,8 +217,23 @@ def parse_start(session: Mapping[str, object]) -> LiveSetup:
     )
 
 
-def parse_update(session: Mapping[str, object], current: Delegation) -> tuple[Delegation, SessionPatch]:
-    """Read ``session.update``'s ``session``: delegation settings of the session's own mode."""
+def engine_tools(delegation: Delegation, *, backend: bool = False) -> tuple[FunctionTool, ...]:
+    """The functions the voice engine may call under ``delegation`` (see :meth:`LiveSetup.patch`)."""
+    if delegation.target == "client":
+        return (DELEGATE_TOOL,)
+    if backend:
+        return (backend_tool(delegation.responses, delegation.tools),)
+    return delegation.tools
+
+
+def parse_update(
+    session: Mapping[str, object], current: Delegation, *, backend: bool = False
+) -> tuple[Delegation, SessionPatch]:
+    """Read ``session.update``'s ``session``: delegation settings of the session's own mode.
+
+    ``backend``: the session's Responses delegation goes to the gateway's backend model (whose
+    settings change; the engine's function is described anew).
+    """
     check_fields(session, ("delegation",), "session", why=_STARTUP_ONLY)
     obj = read_object(session, "delegation", "session")
     if obj is None:
@@ -242,10 +261,14 @@ def parse_update(session: Mapping[str, object], current: Delegation) -> tuple[De
         dropped_tools=update.dropped_tools if "tools" in update.responses else current.dropped_tools,
     )
     changes: dict[str, object] = {}
-    if "tools" in update.responses:
-        changes["tools"] = update.tools
-    if update.tool_choice is not None:
-        changes["tool_choice"] = update.tool_choice
+    if backend:
+        if "tools" in update.responses or "instructions" in update.responses:
+            changes["tools"] = engine_tools(delegation, backend=True)
+    else:
+        if "tools" in update.responses:
+            changes["tools"] = update.tools
+        if update.tool_choice is not None:
+            changes["tool_choice"] = update.tool_choice
     return delegation, SessionPatch(**changes)  # type: ignore[arg-type]
 
 

@@ -26,7 +26,7 @@ from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 if TYPE_CHECKING:
     from duplex_gateway.session.machine import Session
 
-__all__ = ["CHANNELS", "AppContext", "append_context", "on_context", "silenced"]
+__all__ = ["CHANNELS", "AppContext", "append_context", "on_context", "silenced", "speak_owed"]
 
 #: The channels a context append may take (the Live API's three).
 CHANNELS = frozenset({"instructions", "thinking", "commentary"})
@@ -80,11 +80,13 @@ def silenced(command: cmd.InputAudioAppend, session_format: AudioFormat) -> cmd.
 class AppContext:
     """What the application changed of a session: context it appended, and whether the caller is muted."""
 
-    __slots__ = ("_conversation", "muted")
+    __slots__ = ("_conversation", "muted", "owes_reply")
 
     def __init__(self, conversation: Conversation) -> None:
         self._conversation = conversation
         self.muted = False
+        #: Commentary came while someone was speaking: the model speaks up once both are quiet.
+        self.owes_reply = False
 
     def receive(self, command: cmd.ContextAppend | cmd.InputAudioMute) -> list[Output]:
         """Take ``command``: its item in the conversation, or the caller muted or heard again."""
@@ -102,7 +104,18 @@ def on_context(session: Session, command: cmd.ContextAppend | cmd.InputAudioMute
     """The session's handler of :class:`cmd.ContextAppend` and :class:`cmd.InputAudioMute`."""
     outputs = session._app.receive(command)
     # Commentary is for the model to say: it speaks up unless it, or the caller, is speaking already.
-    quiet = session.response_active or session._turns.speaking or session.transcribing_only
-    if isinstance(command, cmd.ContextAppend) and command.channel == "commentary" and not quiet:
-        outputs.extend(session._on_response_create(cmd.ResponseCreate(event_id=command.event_id), now))
+    if isinstance(command, cmd.ContextAppend) and command.channel == "commentary":
+        if session.transcribing_only:
+            return outputs
+        if session.response_active or session._turns.speaking:
+            session._app.owes_reply = True  # said after the reply, or in the answer to the caller's turn
+        else:
+            outputs.extend(session._on_response_create(cmd.ResponseCreate(event_id=command.event_id), now))
     return outputs
+
+
+def speak_owed(session: Session, now: float | None) -> list[Output]:
+    """A reply for commentary that came while the model or the caller was speaking, now both are quiet."""
+    if not session._app.owes_reply or session.response_active or session._turns.speaking or session.closed:
+        return []
+    return session._on_response_create(cmd.ResponseCreate(), 0.0 if now is None else now)  # (it reads no clock)

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from duplex_gateway.audio.vad import SpeechPause, SpeechStart, SpeechStop
 from duplex_gateway.engine import port
-from duplex_gateway.session.context import AppContext, on_context
+from duplex_gateway.session.context import AppContext, on_context, speak_owed
 from duplex_gateway.session.conversation import MAX_ITEMS, Conversation, Item
 from duplex_gateway.session.engine_calls import (
     AcknowledgeEvents,
@@ -598,10 +598,9 @@ class Session:
     def _request_reply(self, modalities: tuple[Modality, ...]) -> Reply:
         """A new reply in the conversation: the caller's silence no longer ends a turn for them."""
         self._turns.cancel_idle()
+        self._app.owes_reply = False
         return self._replies.request(
-            modalities,
-            requested_at=self._clock,
-            may_call=self._settings.replies_may_call,
+            modalities, requested_at=self._clock, may_call=self._settings.replies_may_call
         )
 
     # -- the clock ------------------------------------------------------------------------
@@ -646,6 +645,7 @@ class Session:
         return handler(self, event, now) if handler is not None else []
 
     def _on_response_started(self, event: port.EngineResponseStarted, now: float | None) -> list[Output]:
+        self._app.owes_reply = False  # the engine's reply has the context too
         return self._replies.engine_started(
             event.response_id,
             modalities=self.config.output_modalities,
@@ -672,13 +672,14 @@ class Session:
             return []  # already finished on our side (cancelled): fenced
         if event.status in ("completed", "incomplete") and now is not None and not reply.out_of_band:
             self._turns.arm_idle(first_audio_at=reply.first_audio_at, audio_ms=reply.audio_ms, now=now)
-        return self._replies.finish(
+        done = self._replies.finish(
             reply,
             event.status,
             event.reason,
             input_tokens=event.input_tokens,
             output_tokens=event.output_tokens,
         )
+        return done + speak_owed(self, now)
 
     def _on_speech_started(self, event: port.EngineSpeechStarted, now: float | None) -> list[Output]:
         return [] if self._turns.speaking else self._speech_started(event.audio_start_ms, event.item_id)
