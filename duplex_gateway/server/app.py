@@ -27,6 +27,7 @@ from duplex_gateway.dialects.realtime_session import parse_session_patch, sessio
 from duplex_gateway.engine import port
 from duplex_gateway.host.closing import FAILURES, Failure, close_code
 from duplex_gateway.host.connection import Connection, SessionRegistry
+from duplex_gateway.host.delegation import ResponsesBackend, backend_settings
 from duplex_gateway.host.resumption import ResumeRegistry, new_session_id
 from duplex_gateway.ops.metrics import CONTENT_TYPE, GatewayMetrics
 from duplex_gateway.ops.recording import Recordings
@@ -102,6 +103,9 @@ class _Gateway:
         self.metrics.watch_tasks(_live_tasks)
         #: Which sessions are recorded, and where (``recording:``, ``auth.keys[].record``).
         self.recordings = Recordings.from_settings(settings)
+        #: The Live API's Responses delegation backend (``live.responses``), connected at start-up.
+        self._backend_settings = backend_settings(settings)
+        self.backend: ResponsesBackend | None = None
 
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -319,7 +323,9 @@ class _Gateway:
                 session_id=session_id,
                 expires_at=int(time.time() + limits.max_session_s),
                 max_message_bytes=limits.max_message_bytes,
+                backend=self.backend.model if self.backend is not None else None,
             ),
+            backend=self.backend,
             resumes=None,
             metrics=self.metrics,
             dialect_name="live",
@@ -409,6 +415,12 @@ class _Gateway:
         await self.engine.start()
         logger.info("engine %s ready", self.engine.capabilities.name)
         audiosocket: AudioSocketServer | None = None
+        if self._backend_settings is not None:
+            self.backend = await ResponsesBackend.connect(self._backend_settings)
+            if self.backend is not None:
+                logger.info(
+                    "Live Responses delegation goes to model %s at %s", self.backend.model, self.backend.where
+                )
         try:
             # Asterisk AudioSocket calls over TCP, when telephony.audiosocket_port is set.
             audiosocket = await start_audiosocket(
@@ -418,6 +430,8 @@ class _Gateway:
         finally:
             if audiosocket is not None:
                 await audiosocket.close()
+            if self.backend is not None:
+                await self.backend.aclose()
             held = self.engine.active_sessions
             await self.engine.shutdown()
             # What an operator checks after a drain: every engine session released before the engine stopped.

@@ -118,4 +118,5 @@ def speak_owed(session: Session, now: float | None) -> list[Output]:
     """A reply for commentary that came while the model or the caller was speaking, now both are quiet."""
     if not session._app.owes_reply or session.response_active or session._turns.speaking or session.closed:
         return []
-    return session._on_response_create(cmd.ResponseCreate(), 0.0 if now is None else now)  # (it reads no clock)
+    # (A reply's request reads no clock: any time will do when the engine gave none.)
+    return session._on_response_create(cmd.ResponseCreate(), 0.0 if now is None else now)

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from duplex_gateway.config import GatewaySettings, TelephonySettings
-from duplex_gateway.extras import missing_modules
-from duplex_gateway.telephony.control import HangupOutcome, without_extra
+from duplex_gateway.telephony.control import HangupOutcome
 from duplex_gateway.telephony.registry import spec
 
 if TYPE_CHECKING:
-    # httpx2 comes with the telephony extra; only a configured hang-up uses it.
+    # Imported only by a configured hang-up.
     import httpx2
 
 __all__ = ["HangupOutcome", "HangupResult", "hang_up"]
@@ -86,8 +85,6 @@ async def hang_up(
     request = carrier.hangup_request(call_id, carrier.settings_of(telephony))
     if isinstance(request, tuple):
         return result(request[0], detail=request[1])
-    if client is None and (missing := missing_modules("telephony", ("httpx2",))):
-        return result(HangupOutcome.FAILED, detail=without_extra(missing))
     import httpx2
 
     timeout = telephony.hangup_timeout_s

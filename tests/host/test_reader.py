@@ -66,6 +66,9 @@ class Host:
         self.expired.append(failure)
         self.closed_by_server = True
 
+    def delegate(self) -> None:
+        pass
+
     async def hand_over(self, command: SessionResume) -> bool:
         return False
 

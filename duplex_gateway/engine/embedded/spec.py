@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from duplex_gateway.engine.embedded.chat_llm import ChatSettings
     from duplex_gateway.engine.port import Engine
 
-__all__ = ["SPEC", "EmbeddedLlmSettings", "EmbeddedSettings"]
+__all__ = ["SPEC", "EmbeddedLlmSettings", "EmbeddedSettings", "chat_settings"]
 
 
 class EmbeddedLlmSettings(SettingsSection):
@@ -72,8 +72,8 @@ class EmbeddedSettings(SettingsSection):
     llm: EmbeddedLlmSettings = EmbeddedLlmSettings()
 
 
-def _chat(llm: EmbeddedLlmSettings) -> ChatSettings | None:
-    """The engine's language model, if ``engine.embedded.llm.url`` names one."""
+def chat_settings(llm: EmbeddedLlmSettings, section: str = "engine.embedded.llm") -> ChatSettings | None:
+    """The chat endpoint ``llm`` (the settings ``section``) names, if its ``url`` names one."""
     from duplex_gateway.engine.embedded.chat_llm import ChatSettings
 
     if llm.url is None:
@@ -83,7 +83,7 @@ def _chat(llm: EmbeddedLlmSettings) -> ChatSettings | None:
         key = os.environ.get(llm.api_key_env)
         if not key:
             raise ConfigError(
-                f"engine.embedded.llm.api_key_env names {llm.api_key_env}, which is not set in the environment"
+                f"{section}.api_key_env names {llm.api_key_env}, which is not set in the environment"
             )
     return ChatSettings(
         url=llm.url,
@@ -120,7 +120,7 @@ def _build(settings: GatewaySettings) -> Engine:
         chunk_ms=embedded.chunk_ms,
         pace=embedded.pace,
         lead_ms=embedded.lead_ms,
-        chat=_chat(embedded.llm),
+        chat=chat_settings(embedded.llm),
     )
 
 

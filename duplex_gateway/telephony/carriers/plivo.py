@@ -371,9 +371,7 @@ class PlivoSpec(call.CarrierSpec[PlivoSettings]):
         return (SignatureRule("answer", webhook, "X-Plivo-Signature-V3 does not match"),)
 
     def needs(self, settings: PlivoSettings) -> Sequence[Need]:
-        if settings.auth_id and settings.auth_token:
-            return (Need("telephony.plivo's REST hang-up", ("httpx2",)),)
-        return ()
+        return ()  # its REST hang-up needs only the core
 
     def hangup_request(self, call_id: str, settings: PlivoSettings) -> HangupRequest | Refusal:
         # DELETE {base}/v1/Account/{auth_id}/Call/{call_uuid}/, Basic auth; 204 when done.

@@ -248,9 +248,7 @@ class TwilioSpec(call.CarrierSpec[TwilioSettings]):
         )
 
     def needs(self, settings: TwilioSettings) -> Sequence[Need]:
-        if settings.account_sid and settings.auth_token:
-            return (Need("telephony.twilio's REST hang-up", ("httpx2",)),)
-        return ()
+        return ()  # its REST hang-up needs only the core
 
     def hangup_request(self, call_id: str, settings: TwilioSettings) -> HangupRequest | Refusal:
         # POST {base}/2010-04-01/Accounts/{AccountSid}/Calls/{CallSid}.json Status=completed, Basic auth.

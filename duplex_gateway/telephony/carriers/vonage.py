@@ -263,8 +263,6 @@ class VonageSpec(call.CarrierSpec[VonageSettings]):
 
     def needs(self, settings: VonageSettings) -> Sequence[Need]:
         needs = []
-        if settings.jwt or (settings.application_id and settings.private_key_path):
-            needs.append(Need("telephony.vonage's REST hang-up", ("httpx2",)))
         if settings.application_id and settings.private_key_path and not settings.jwt:
             needs.append(Need("telephony.vonage.private_key_path (Vonage's JWT)", ("cryptography",)))
         return needs

@@ -177,8 +177,6 @@ class TelnyxSpec(call.CarrierSpec[TelnyxSettings]):
         needs = []
         if settings.public_key:
             needs.append(Need("telephony.telnyx.public_key (Telnyx signatures)", ("cryptography",)))
-        if settings.api_key:
-            needs.append(Need("telephony.telnyx's REST hang-up", ("httpx2",)))
         return needs
 
     def hangup_request(self, call_id: str, settings: TelnyxSettings) -> HangupRequest | Refusal:
