@@ -309,6 +309,7 @@ class LiveResponsesSettings(EmbeddedLlmSettings):
 class LiveSettings(_Section):
     """``/v1/live/sessions``: OpenAI's full-duplex Live API."""
 
+    #: The backend model Responses delegation hands work to (off by default).
     responses: LiveResponsesSettings = LiveResponsesSettings()
 
 
