@@ -63,7 +63,7 @@ def _refused(dialect: LiveDialect, frame: str | bytes | dict[str, Any]) -> dict[
         ev.ErrorEvent(code=exc.code, message=exc.message, event_id=exc.event_id, param=exc.param), seq=99
     )
     assert rendered is not None
-    wire = json.loads(rendered)
+    wire: dict[str, Any] = json.loads(rendered)
     assert wire["type"] == "error"
     return wire
 
@@ -232,7 +232,11 @@ def test_unknown_fields_are_refused_as_the_strict_schema_does(event: dict[str, A
 
 
 def test_the_startup_history_is_held_to_its_limits() -> None:
-    message = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "x"}]}
+    message: dict[str, Any] = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "x"}],
+    }
     too_many = _refused(
         _dialect(),
         {"type": "session.start", "session": {"model": "m", "input": [message] * (MAX_INPUT_ITEMS + 1)}},
@@ -719,7 +723,9 @@ _ALLOWED = {
 }
 
 
-@pytest.mark.parametrize("module", [live, live_backend, live_commands, live_errors, live_session], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "module", [live, live_backend, live_commands, live_errors, live_session], ids=lambda m: m.__name__
+)
 def test_live_modules_are_pure(module: ModuleType) -> None:
     assert module.__file__ is not None
     tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
@@ -870,6 +876,63 @@ def whole_conversation() -> list[str]:
         out(dialect, ev.ErrorEvent(code=ErrorCode.ENGINE_ERROR, message="the engine hiccupped"))
         _send(dialect, {"type": "session.close", "event_id": "bye"})
         out(dialect, ev.SessionClosed(session_id="internal", reason="close_requested"))
+
+    def own(dialect: LiveDialect) -> None:
+        for frame in dialect.own_frames():
+            assert isinstance(frame, str)  # JSON text, as every Live server event
+            frames.append(frame)
+
+    # Responses delegation handed to a backend model: its stream, its call, its failure, as the client sees them.
+    dialect = LiveDialect(
+        session_id="live_test", expires_at=EXPIRES_AT, max_message_bytes=1 << 20, backend="local-model"
+    )
+    responses = {"model": "gpt-5.4-mini", "tools": [{"type": "function", "name": "get_time"}]}
+    (update, *_) = _send(
+        dialect,
+        {
+            "type": "session.start",
+            "event_id": "start",
+            "session": {"model": "gpt-live-1", "delegation": {"type": "responses", "responses": responses}},
+        },
+    )
+    assert isinstance(update, SessionUpdate)
+    out(dialect, ev.SessionCreated(session_id="internal", config=SessionConfig().apply(update.session)))
+    _send(dialect, {"type": "session.input_audio.append", "audio": _audio(1200)})
+    out(dialect, ev.InputTranscriptionCompleted(item_id="u1", transcript="What time is it?"))
+    for n, result in enumerate(("answer", "failure"), start=1):
+        call = _call(f"r{n}", f"call_{n}", live_backend.BACKEND_TOOL_NAME)
+        out(dialect, ev.OutputItemAdded(response_id=f"r{n}", output_index=0, item=call))
+        out(dialect, ev.OutputItemDone(response_id=f"r{n}", output_index=0, item=call))
+        out(dialect, ev.ResponseDone(response_id=f"r{n}", status="completed"))
+        own(dialect)
+        (request,) = dialect.take_backend_requests()
+        rid = request.response_id
+        if result == "failure":
+            dialect.backend_result(live_backend.BackendFailed(response_id=rid, message="backend unreachable"))
+        else:
+            dialect.backend_result(live_backend.BackendText(response_id=rid, delta="Checking."))
+            backend_call = live_backend.BackendCall(call_id="fc_1", name="get_time", arguments="{}")
+            dialect.backend_result(live_backend.BackendCallMade(response_id=rid, call=backend_call))
+            dialect.backend_result(live_backend.BackendFinished(response_id=rid, reason="tool_calls"))
+            own(dialect)
+            refused(dialect, json.dumps({"type": "response.create", "event_id": "rc0"}))
+            output = {"type": "function_call_output", "call_id": "fc_1", "output": "3 pm"}
+            _send(dialect, {"type": "response.item.create", "item": output})
+            _send(dialect, {"type": "response.create", "event_id": "rc1"})
+            own(dialect)
+            (request,) = dialect.take_backend_requests()
+            rid = request.response_id
+            dialect.backend_result(live_backend.BackendText(response_id=rid, delta="It is 3 pm."))
+            dialect.backend_result(
+                live_backend.BackendFinished(response_id=rid, input_tokens=40, output_tokens=6)
+            )
+        own(dialect)
+        # The backend's answer, for the engine: the session's acknowledgement is not the client's to see.
+        for answer in dialect.take_backend_commands():
+            assert isinstance(answer, ContextAppend) and answer.item_id is not None
+            out(dialect, ctx.ContextAppended(channel=answer.channel, item_id=answer.item_id))
+    _send(dialect, {"type": "session.close", "event_id": "bye"})
+    out(dialect, ev.SessionClosed(session_id="internal", reason="close_requested"))
     return frames
 
 
@@ -888,6 +951,23 @@ def test_a_whole_conversation_renders_every_kind_of_server_event() -> None:
         "session.commentary.appended",
         "session.thinking.appended",
         "session.closed",
+    }
+
+
+def test_a_whole_conversation_shows_the_backends_responses_events() -> None:
+    nested = [f["event"] for f in map(json.loads, whole_conversation()) if f["type"] == "response.event"]
+    assert {e["type"] for e in nested} == {
+        "response.created",
+        "response.output_item.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.output_item.done",
+        "response.completed",
+        "response.failed",
+    }
+    assert {e["item"]["type"] for e in nested if e["type"] == "response.output_item.done"} == {
+        "function_call",
+        "message",
     }
 
 

@@ -57,12 +57,22 @@ def test_pipecat_parses_the_frame_as_its_own_event(frame: str) -> None:
 def test_pipecat_reads_the_nested_responses_events(frame: str) -> None:
     envelope = pipecat_live.parse_server_event(frame)
     assert isinstance(envelope, pipecat_live.ResponseEventEnvelope)
-    assert envelope.inner_type in ("response.created", "response.output_item.done", "response.completed")
+    assert envelope.inner_type in (
+        "response.created",
+        "response.output_item.added",  # a backend's words, streamed
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.output_item.done",
+        "response.completed",
+        "response.failed",  # a backend's round that failed
+    )
     assert envelope.delegation_id
     if envelope.inner_type == "response.output_item.done":
         item = pipecat_live.ResponseOutputItem.model_validate(envelope.event["item"])
-        assert (item.type, item.status) == ("function_call", "completed")
-        assert item.call_id and item.name and item.arguments is not None
+        # Pipecat runs the function calls and passes over the backend's words (a message item).
+        assert (item.type, item.status) in (("function_call", "completed"), ("message", "completed"))
+        if item.type == "function_call":
+            assert item.call_id and item.name and item.arguments is not None
 
 
 def test_the_conversation_covers_every_event_pipecat_handles() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from duplex_gateway.engine import port
@@ -13,7 +15,7 @@ from duplex_gateway.vocabulary import context_events as ctx
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.errors import ErrorCode
 from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
-from duplex_gateway.vocabulary.session_config import SessionConfig
+from duplex_gateway.vocabulary.session_config import SessionConfig, TurnDetection
 
 CAPS = port.EngineCapabilities(name="test", input_rate=24_000, output_rate=24_000)
 
@@ -97,3 +99,74 @@ def test_live_error_codes_are_in_the_vocabulary() -> None:
         "session_already_started",
         "delegation_mode_mismatch",
     }
+
+
+# -- commentary that comes while someone speaks ------------------------------------------------------
+
+
+def _replies(outputs: Sequence[object]) -> list[object]:
+    return [o for o in outputs if isinstance(o, StartResponse | ev.ResponseCreated)]
+
+
+def test_commentary_during_a_reply_is_said_once_the_reply_is_done() -> None:
+    session = _session()
+    session.engine_event(port.EngineResponseStarted(response_id="resp_engine"), now=0.0)
+    during = session.receive(cmd.ContextAppend(channel="commentary", content="It is 3 pm."), now=0.1)
+    assert _replies(during) == []  # the model is speaking: it is not cut off for this
+    assert any(isinstance(o, ctx.ContextAppended) for o in during)
+    done = session.engine_event(port.EngineResponseDone(response_id="resp_engine"), now=0.5)
+    (start, created) = _replies(done)
+    assert isinstance(start, StartResponse) and isinstance(created, ev.ResponseCreated)
+    assert start.response_id == created.response_id != "resp_engine"
+    # Said once: the end of the reply that said it owes nothing more.
+    session.engine_event(port.EngineResponseStarted(response_id=start.response_id), now=0.6)
+    after = session.engine_event(port.EngineResponseDone(response_id=start.response_id), now=1.0)
+    assert _replies(after) == []
+
+
+def test_a_reply_that_failed_still_leaves_the_commentary_to_be_said() -> None:
+    session = _session()
+    session.engine_event(port.EngineResponseStarted(response_id="resp_engine"), now=0.0)
+    session.receive(cmd.ContextAppend(channel="commentary", content="It is 3 pm."), now=0.1)
+    done = session.engine_event(port.EngineResponseDone(response_id="resp_engine", status="failed"), now=0.2)
+    assert [type(o) for o in _replies(done)] == [StartResponse, ev.ResponseCreated]
+
+
+def _feed(session: Session, start_ms: int, ms: int, prob: float) -> Sequence[object]:
+    """``ms`` of caller audio from ``start_ms`` whose 32 ms VAD windows all score ``prob``."""
+    windows = [(end, prob) for end in range(start_ms + 32, start_ms + ms + 1, 32)]
+    return session.input_processed(bytes(24 * ms * 2), float(ms), windows)
+
+
+def test_commentary_while_the_caller_speaks_is_answered_by_their_turns_reply_alone() -> None:
+    vad = TurnDetection(prefix_padding_ms=100, silence_duration_ms=200)
+    session = _session(SessionConfig(turn_detection=vad))
+    _feed(session, 0, 320, 0.01)
+    speech = _feed(session, 320, 320, 0.95)
+    assert any(isinstance(o, ev.SpeechStarted) for o in speech)
+    during = session.receive(cmd.ContextAppend(channel="commentary", content="It is 3 pm."), now=0.7)
+    assert _replies(during) == []  # the caller is speaking: the model waits
+    turn = _feed(session, 640, 320, 0.01)
+    (created,) = [o for o in _replies(turn) if isinstance(o, ev.ResponseCreated)]
+    # That reply has the commentary in its context: its end starts no second one.
+    session.engine_event(port.EngineResponseStarted(response_id=created.response_id), now=1.0)
+    done = session.engine_event(port.EngineResponseDone(response_id=created.response_id), now=2.0)
+    assert _replies(done) == []
+
+
+def test_commentary_while_the_caller_speaks_is_said_after_a_reply_they_talk_over() -> None:
+    vad = TurnDetection(prefix_padding_ms=100, silence_duration_ms=200, interrupt_response=False)
+    session = _session(SessionConfig(turn_detection=vad))
+    session.engine_event(port.EngineResponseStarted(response_id="resp_engine"), now=0.0)
+    _feed(session, 0, 320, 0.95)
+    session.receive(cmd.ContextAppend(channel="commentary", content="It is 3 pm."), now=0.4)
+    # The reply ends while the caller still speaks: nobody is quiet yet.
+    assert _replies(session.engine_event(port.EngineResponseDone(response_id="resp_engine"), now=0.5)) == []
+    # Their turn's reply is the one that says it, and the only one.
+    turn = _feed(session, 320, 640, 0.01)
+    (created,) = [o for o in _replies(turn) if isinstance(o, ev.ResponseCreated)]
+    session.engine_event(port.EngineResponseStarted(response_id=created.response_id), now=1.5)
+    assert (
+        _replies(session.engine_event(port.EngineResponseDone(response_id=created.response_id), now=2.0))
+        == []
+    )
