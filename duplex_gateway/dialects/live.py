@@ -41,6 +41,7 @@ from typing import Any
 from duplex_gateway.dialects.live_backend import (
     BACKEND_TOOL_NAME,
     BackendDelegations,
+    BackendMessage,
     BackendRequest,
     BackendResult,
 )
@@ -396,7 +397,13 @@ class LiveDialect:
                 return None
             setup = self.state.setup
             system = (setup.instructions,) if setup is not None and setup.instructions else ()
-            bodies = backend.delegate(item.call_id, self.state.now_ms(), system)
+            # What the transcript has not got yet: words still being recognized, the reply delegating.
+            reply = self._view.replies.get(event.response_id)
+            pending = (
+                *(BackendMessage(role="user", content=heard.text) for heard in self._view.heard.values()),
+                BackendMessage(role="assistant", content=reply.words if reply is not None else None),
+            )
+            bodies = backend.delegate(item.call_id, self.state.now_ms(), system, pending)
             self.state.outbox.extend(bodies[1:])
             return bodies[0] if bodies else None
         reply = self._view.replies.get(event.response_id)

@@ -222,10 +222,18 @@ class BackendDelegations:
 
     # -- the engine delegates ------------------------------------------------------------------
 
-    def delegate(self, engine_call_id: str, offset_ms: int, system: tuple[str, ...]) -> list[JsonObject]:
+    def delegate(
+        self,
+        engine_call_id: str,
+        offset_ms: int,
+        system: tuple[str, ...],
+        pending: tuple[BackendMessage, ...] = (),
+    ) -> list[JsonObject]:
         """The engine called the backend's function: open a delegation and ask the backend.
 
-        ``system``: the session's instructions (the Responses instructions come first). Returns the
+        ``system``: the session's instructions (the Responses instructions come first); ``pending``:
+        what was said and is not in the transcript yet (the caller's words still being recognized,
+        the engine's words in the reply that delegates). Returns the
         server events for the client: ``session.delegation.created``, and the first response's
         ``response.created``.
         """
@@ -238,6 +246,7 @@ class BackendDelegations:
         prompt = [p for p in (instructions if isinstance(instructions, str) else None, *system) if p]
         context = [BackendMessage(role="system", content="\n\n".join(prompt))] if prompt else []
         context.extend(self.transcript.messages())
+        context.extend(message for message in pending if message.content)
         delegation = _Delegation(
             delegation_id=delegation_id,
             engine_call_id=engine_call_id,
@@ -311,6 +320,7 @@ class BackendDelegations:
                 output_index=now.outputs,
                 content_index=0,
                 delta=delta,
+                logprobs=[],
             )
         )
         return out
@@ -330,6 +340,7 @@ class BackendDelegations:
                 output_index=index,
                 content_index=0,
                 text=now.text,
+                logprobs=[],
             ),
             self._event(
                 delegation,
@@ -374,7 +385,9 @@ class BackendDelegations:
             tokens_in, tokens_out = finished.input_tokens or 0, finished.output_tokens or 0
             snapshot["usage"] = {
                 "input_tokens": tokens_in,
+                "input_tokens_details": {"cached_tokens": 0},
                 "output_tokens": tokens_out,
+                "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": tokens_in + tokens_out,
             }
         out.append(self._event(delegation, f"response.{snapshot['status']}", response=snapshot))
@@ -440,10 +453,8 @@ class BackendDelegations:
                 delegation.context.append(BackendMessage(role="tool", content=output, tool_call_id=call_id))
             delegation.outputs = {}
             if delegation.rounds >= MAX_ROUNDS:
-                self._close(delegation)
-                self._answer(
-                    delegation.engine_call_id,
-                    _FAILED.format(why=f"it called functions {MAX_ROUNDS} times without answering"),
+                out.extend(
+                    self._failed(delegation, f"it called functions {MAX_ROUNDS} times without answering")
                 )
                 continue
             delegation.rounds += 1

@@ -279,7 +279,13 @@ def test_the_backends_words_stream_to_the_client_and_its_answer_goes_to_the_engi
     }
     completed = finished[2]["event"]["response"]
     assert (completed["id"], completed["status"]) == (rid, "completed")
-    assert completed["usage"] == {"input_tokens": 12, "output_tokens": 4, "total_tokens": 16}
+    assert completed["usage"] == {
+        "input_tokens": 12,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 4,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 16,
+    }
     # One delegation, one response: every nested event in order, and all under the delegation.
     events = streamed + finished
     assert {f["delegation_id"] for f in events} == {request.delegation_id}
@@ -430,6 +436,7 @@ def test_a_backend_that_keeps_calling_functions_is_stopped_after_max_rounds() ->
         if n < MAX_ROUNDS - 1:
             (request,) = requests
     assert requests == []  # no round past the limit
+    assert _nested(_own(dialect))[-1] == "response.failed"  # the client hears the delegation ended
     answer = _answer(dialect)
     assert answer.delegation_id == "call_1"
     assert "could not complete" in answer.content and f"{MAX_ROUNDS} times" in answer.content
@@ -505,3 +512,15 @@ def test_the_paced_dialect_sends_the_backends_frames_with_its_next_pump() -> Non
     # The engine's answer goes out with the pacing's own commands.
     answers = [c for c in dialect.take_commands() if isinstance(c, ContextAppend)]
     assert [(a.content, a.delegation_id) for a in answers] == [("Done.", "call_1")]
+
+
+def test_the_request_carries_what_was_said_but_not_yet_in_the_transcript() -> None:
+    dialect = _dialect()
+    _started(dialect)
+    # The caller goes on talking (words still being recognized) while the engine's reply delegates.
+    _wire(dialect, ev.SpeechStarted(item_id="item_caller", audio_start_ms=0))
+    _wire(dialect, ev.InputTranscriptionDelta(item_id="item_caller", delta="and in Rome"))
+    _wire(dialect, ev.TranscriptDelta(response_id="r1", item_id="item_reply", delta="Let me check."))
+    request = _delegate(dialect)
+    said = [(m.role, m.content) for m in request.messages[1:]]
+    assert said == [("user", "and in Rome"), ("assistant", "Let me check.")]
