@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from duplex_gateway.dialects.live_backend import (
-    BACKEND_TOOL_NAME,
     BackendDelegations,
     BackendMessage,
     BackendRequest,
@@ -393,7 +392,7 @@ class LiveDialect:
             return self._delegation_created(item.call_id, "client")
         backend = self._backend_on()
         if backend is not None:
-            if item.name != BACKEND_TOOL_NAME:
+            if not backend.is_delegation(item.name):
                 return None
             setup = self.state.setup
             system = (setup.instructions,) if setup is not None and setup.instructions else ()

@@ -49,8 +49,10 @@ MAX_TRANSCRIPT_MESSAGES = 64
 MAX_ROUNDS = 8
 #: Delegations one session may have in flight; one more is refused (the engine hears it failed).
 MAX_OPEN = 4
-#: The one name the backend's function has on the voice engine.
+#: The name of the backend's function on the voice engine, before the names of the client's tools.
 BACKEND_TOOL_NAME = "delegate"
+#: The longest function name OpenAI's schema allows.
+_MAX_NAME = 64
 #: How much of the backend's instructions and tools the engine's function description quotes.
 _DESCRIPTION_CHARS = 600
 #: What the engine hears when the backend could not answer (it says so in its own words).
@@ -129,10 +131,11 @@ BackendResult = BackendText | BackendCallMade | BackendFinished | BackendFailed
 
 
 def backend_tool(responses: Mapping[str, object], tools: tuple[FunctionTool, ...]) -> FunctionTool:
-    """The engine's one function under a backend: its description says what the backend can do.
+    """The engine's one function under a backend: its name and description say what the backend can do.
 
-    An engine picks a function by what it is described to do, so the description names the
-    backend's instructions and each of its functions: a caller asking for one of them is handed on.
+    An engine picks a function by its name and what it is described to do, so both name the
+    backend's functions (``delegate_get_weather``), and the description its instructions too: a
+    caller asking for one of them is handed on.
     """
     parts = ["Hand the caller's request to the assistant backend, which"]
     instructions = responses.get("instructions")
@@ -144,8 +147,9 @@ def backend_tool(responses: Mapping[str, object], tools: tuple[FunctionTool, ...
     if len(parts) == 1:
         parts.append("can answer what needs more knowledge or reasoning than you have")
     description = " ".join(parts)[:_DESCRIPTION_CHARS]
+    name = f"{BACKEND_TOOL_NAME}_{'_or_'.join(t.name for t in tools)}" if tools else BACKEND_TOOL_NAME
     return FunctionTool(
-        name=BACKEND_TOOL_NAME,
+        name=name[:_MAX_NAME].rstrip("_-"),
         description=f"{description}. Keep talking meanwhile; its answer comes back to you to say.",
         parameters={"type": "object", "properties": {}, "additionalProperties": False},
     )
@@ -209,12 +213,18 @@ class BackendDelegations:
         self._responses: Mapping[str, object] = {}
         self._tools: tuple[FunctionTool, ...] = ()
         self._tool_choice: ToolChoice | None = None
+        self._engine_tool = BACKEND_TOOL_NAME
 
     def configure(
         self, responses: Mapping[str, object], tools: tuple[FunctionTool, ...], tool_choice: ToolChoice | None
     ) -> None:
         """The client's Responses settings (from ``session.start``, then each ``session.update``)."""
         self._responses, self._tools, self._tool_choice = responses, tools, tool_choice
+        self._engine_tool = backend_tool(responses, tools).name
+
+    def is_delegation(self, name: str | None) -> bool:
+        """A call of ``name`` by the engine hands work to the backend (its one function, as named now)."""
+        return name == self._engine_tool
 
     def _next(self, prefix: str) -> str:
         self._counter += 1

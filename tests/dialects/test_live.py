@@ -900,7 +900,7 @@ def whole_conversation() -> list[str]:
     _send(dialect, {"type": "session.input_audio.append", "audio": _audio(1200)})
     out(dialect, ev.InputTranscriptionCompleted(item_id="u1", transcript="What time is it?"))
     for n, result in enumerate(("answer", "failure"), start=1):
-        call = _call(f"r{n}", f"call_{n}", live_backend.BACKEND_TOOL_NAME)
+        call = _call(f"r{n}", f"call_{n}", f"{live_backend.BACKEND_TOOL_NAME}_get_time")
         out(dialect, ev.OutputItemAdded(response_id=f"r{n}", output_index=0, item=call))
         out(dialect, ev.OutputItemDone(response_id=f"r{n}", output_index=0, item=call))
         out(dialect, ev.ResponseDone(response_id=f"r{n}", status="completed"))

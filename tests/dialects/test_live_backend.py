@@ -45,6 +45,8 @@ WEATHER_TOOL = FunctionTool(
     description="The weather in a city",
     parameters={"type": "object", "properties": {"city": {"type": "string"}}},
 )
+#: The engine's one function for a session offering WEATHER.
+ENGINE_TOOL = "delegate_get_weather"
 RESPONSES: dict[str, Any] = {
     "model": "gpt-5.4-mini",
     "instructions": "Answer with facts only.",
@@ -94,9 +96,11 @@ def _nested(frames: list[dict[str, Any]]) -> list[str]:
     return [f["event"]["type"] for f in frames]
 
 
-def _delegate(dialect: LiveDialect, call_id: str = "call_1", response_id: str = "r1") -> BackendRequest:
-    """The engine's reply ``response_id`` calls the backend's function: the one request it makes."""
-    call = _call(response_id, call_id, BACKEND_TOOL_NAME)
+def _delegate(
+    dialect: LiveDialect, call_id: str = "call_1", response_id: str = "r1", name: str = ENGINE_TOOL
+) -> BackendRequest:
+    """The engine's reply ``response_id`` calls the backend's function ``name``: the one request it makes."""
+    call = _call(response_id, call_id, name)
     assert _wire(dialect, ev.OutputItemAdded(response_id=response_id, output_index=1, item=call)) is None
     created = _wire(dialect, ev.OutputItemDone(response_id=response_id, output_index=1, item=call))
     assert created is not None and created["type"] == "session.delegation.created"
@@ -120,7 +124,8 @@ def test_the_engine_gets_one_function_that_describes_the_backends_work() -> None
     tools = update.session.tools
     assert isinstance(tools, tuple)
     (tool,) = tools
-    assert tool.name == BACKEND_TOOL_NAME == "delegate"
+    # Named after the backend's functions too: an engine picks a function by its name's words.
+    assert tool.name == ENGINE_TOOL == f"{BACKEND_TOOL_NAME}_get_weather"
     assert "Answer with facts only." in tool.description
     assert "get weather: The weather in a city" in tool.description
     # The client's tool_choice is the backend's: forcing it on the engine would force every reply to delegate.
@@ -157,10 +162,10 @@ def test_a_session_update_describes_the_engines_function_anew() -> None:
     tools = update.session.tools
     assert isinstance(tools, tuple)
     (tool,) = tools
-    assert tool.name == BACKEND_TOOL_NAME
+    assert tool.name == f"{BACKEND_TOOL_NAME}_book_table"
     assert "book table: Books a table" in tool.description and "get weather" not in tool.description
     # The backend gets the new tools with its next request.
-    request = _delegate(dialect)
+    request = _delegate(dialect, name=tool.name)
     assert [t.name for t in request.tools] == ["book_table"]
     # A change that leaves the backend's work as it was leaves the engine's function alone.
     (choice,) = _send(
@@ -201,7 +206,7 @@ def test_the_engines_call_opens_a_delegation_whose_request_carries_the_conversat
     _wire(dialect, ev.ResponseDone(response_id="r0", status="completed"))
     _wire(dialect, ev.InputTranscriptionDelta(item_id="u1", delta="Weather in"))
     _wire(dialect, ev.InputTranscriptionCompleted(item_id="u1", transcript="Weather in Paris?"))
-    call = _call("r1", "call_1", BACKEND_TOOL_NAME)
+    call = _call("r1", "call_1", ENGINE_TOOL)
     # The engine's call is no Responses output of the client's: the delegation opens when it is complete.
     assert _wire(dialect, ev.OutputItemAdded(response_id="r1", output_index=0, item=call)) is None
     created = _wire(dialect, ev.OutputItemDone(response_id="r1", output_index=0, item=call))
@@ -447,7 +452,7 @@ def test_delegations_past_the_open_limit_are_refused_to_the_engine() -> None:
     _started(dialect)
     for n in range(MAX_OPEN):
         _delegate(dialect, f"call_{n}", f"r{n}")
-    call = _call("rx", "call_x", BACKEND_TOOL_NAME)
+    call = _call("rx", "call_x", ENGINE_TOOL)
     assert _wire(dialect, ev.OutputItemDone(response_id="rx", output_index=0, item=call)) is None
     assert dialect.take_backend_requests() == [] and dialect.own_frames() == []
     answer = _answer(dialect)
@@ -480,7 +485,7 @@ def test_the_paced_dialect_sends_the_backends_frames_with_its_next_pump() -> Non
     _started(dialect)
     dialect.pump(0.0)  # the notice
     assert not dialect.wants_pump
-    call = _call("r1", "call_1", BACKEND_TOOL_NAME)
+    call = _call("r1", "call_1", ENGINE_TOOL)
     assert dialect.render(ev.OutputItemDone(response_id="r1", output_index=0, item=call), seq=2) is not None
     assert dialect.wants_pump  # the delegation's response.created waits for a pump
     frames, _wake = dialect.pump(0.1)

@@ -63,7 +63,12 @@ def _dialect() -> LiveDialect:
 def _engine_delegates(dialect: LiveDialect, call_id: str = "call_engine") -> list[dict[str, Any]]:
     """The voice engine calls its one function: the delegation opens."""
     item = ev.ConversationItem(
-        id="item_fc", role="assistant", kind="function_call", call_id=call_id, name="delegate", arguments="{}"
+        id="item_fc",
+        role="assistant",
+        kind="function_call",
+        call_id=call_id,
+        name="delegate_get_weather",
+        arguments="{}",
     )
     frame = dialect.render(ev.OutputItemDone(response_id="resp_engine", output_index=0, item=item), seq=2)
     assert frame is not None
