@@ -74,6 +74,7 @@ def test_every_dialect_module_is_held_to_purity() -> None:
     # A module added to the package later must join a purity test, here or in test_realtime.py.
     checked = {"realtime", "realtime_session", "realtime_commands", "realtime_items", "realtime_tools"}
     checked |= {"fields", "base", "__init__"}
-    checked |= {"live", "live_backend", "live_commands", "live_errors", "live_session"}  # held to it in test_live.py
+    # held to it in test_live.py
+    checked |= {"live", "live_backend", "live_commands", "live_errors", "live_session"}
     package = Path(realtime_commands.__file__ or "").parent
     assert {path.stem for path in package.glob("*.py")} <= checked
