@@ -22,7 +22,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "duplex_gateway.vocabulary",
         "duplex_gateway.session",
         "duplex_gateway.engine.port",
-        "duplex_gateway.audio.vad",
+        "duplex_gateway.audio.turn_detector",
     ),
 }
 

@@ -13,7 +13,11 @@ flushed, so not one byte of it reaches the client after the cancel.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
 
 from duplex_gateway.audio.convert import InputConverter, OutputConverter
 from duplex_gateway.audio.vad import SileroVadStream
@@ -42,10 +46,20 @@ class InputStage:
     """
 
     def __init__(
-        self, wire: AudioFormat, engine_rate: int, *, vad: VadBatcher | None, start_ms: float = 0.0
+        self,
+        wire: AudioFormat,
+        engine_rate: int,
+        *,
+        vad: VadBatcher | None,
+        start_ms: float = 0.0,
+        recent_ms: float = 0.0,
     ) -> None:
+        """``recent_ms``: how much of the latest 16 kHz audio :meth:`recent` keeps (0: none)."""
         self.wire = wire
         self.vad = vad is not None
+        self.recent_ms = recent_ms
+        self._recent: deque[npt.NDArray[np.float32]] = deque()
+        self._recent_samples = 0
         self._start_ms = start_ms
         self._converter = InputConverter(wire, engine_rate)
         self._batcher = vad
@@ -65,6 +79,8 @@ class InputStage:
         pcm, feed = self._converter.convert_with_vad_feed(data)
         origin = self._start_ms + self._converter.vad_origin_ms
         duration = self.position_ms - before
+        if self.recent_ms > 0 and feed.size:
+            self._keep(feed)
         found = await self._batcher.windows(self._vad_stream, feed)
         windows = tuple((int(origin + window.end_ms), window.probability) for window in found)
         return ProcessedInput(pcm, duration, windows)
@@ -72,6 +88,19 @@ class InputStage:
     def flush(self) -> bytes:
         """End of a turn: the engine-rate audio the resampler still holds (its filter delay)."""
         return self._converter.flush()
+
+    def recent(self) -> npt.NDArray[np.float32]:
+        """The latest ``recent_ms`` of caller audio at 16 kHz (what an end-of-turn model hears)."""
+        if not self._recent:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate(list(self._recent))
+
+    def _keep(self, feed: npt.NDArray[np.float32]) -> None:
+        limit = int(self.recent_ms * 16)
+        self._recent.append(feed.astype(np.float32, copy=True))
+        self._recent_samples += feed.size
+        while self._recent and self._recent_samples - self._recent[0].size >= limit:
+            self._recent_samples -= self._recent.popleft().size
 
 
 class OutputStage:

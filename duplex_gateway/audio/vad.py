@@ -1,21 +1,17 @@
-"""Voice activity: silero VAD inference and the turn-taking state machine on top.
+"""Voice activity: silero VAD inference.
 
 :class:`SileroVad` wraps the silero VAD ONNX model. The model is loaded once per
 process (:meth:`SileroVad.shared`) and every session gets its own
 :class:`SileroVadStream`, which holds that session's recurrent state and turns
 16 kHz float audio of any chunking into one speech probability per 32 ms window.
-
-:class:`TurnDetector` is a pure state machine (no clock, no I/O): it reads those
-``(end_ms, probability)`` windows and says when a caller started and stopped
-speaking, in audio milliseconds.
+The turn-taking state machine reading those windows is
+:class:`~duplex_gateway.audio.turn_detector.TurnDetector`.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NamedTuple
 
@@ -23,21 +19,13 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from duplex_gateway.vocabulary.session_config import TurnDetection
-
 __all__ = [
     "CONTEXT_SAMPLES",
-    "MIN_SPEECH_MS",
     "SAMPLE_RATE",
     "WINDOW_MS",
     "WINDOW_SAMPLES",
     "SileroVad",
     "SileroVadStream",
-    "SpeechPause",
-    "SpeechStart",
-    "SpeechStop",
-    "TurnDetector",
-    "TurnEvent",
     "VadWindow",
     "default_model_path",
 ]
@@ -49,8 +37,6 @@ WINDOW_SAMPLES: Final = 512
 #: Trailing samples of the previous window prepended to each input, as silero requires.
 CONTEXT_SAMPLES: Final = 64
 WINDOW_MS: Final = WINDOW_SAMPLES * 1000 // SAMPLE_RATE  # 32
-#: Default shortest run above threshold that counts as speech (filters clicks).
-MIN_SPEECH_MS: Final = 64
 
 _STATE_SHAPE: Final = (2, 1, 128)
 _SR_INPUT: Final = np.array(SAMPLE_RATE, dtype=np.int64)
@@ -230,132 +216,3 @@ class SileroVadStream:
         self._input.fill(0.0)
         self._pending = np.zeros(0, dtype=np.float32)
         self._windows = 0
-
-
-# --- turn detection -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SpeechStart:
-    """The caller started speaking; ``audio_start_ms`` already includes the prefix padding."""
-
-    audio_start_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class SpeechStop:
-    """The caller stopped; ``audio_end_ms`` is where the trailing silence ran out.
-
-    As in the OpenAI Realtime API, this includes ``silence_duration_ms`` of silence.
-    """
-
-    audio_end_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class SpeechPause:
-    """The caller went quiet at ``at_ms``; a :class:`SpeechStop` follows unless speech resumes.
-
-    A hint for engines that can start work early (e.g. transcribing the turn so far).
-    """
-
-    at_ms: int
-
-
-TurnEvent = SpeechStart | SpeechPause | SpeechStop
-
-
-class TurnDetector:
-    """Speech start/stop from a sequence of VAD windows; pure, no clock.
-
-    * Start: ``probability >= threshold`` for at least ``min_speech_ms`` of
-      consecutive windows. The event reports the onset (start of the first such
-      window) minus ``prefix_padding_ms``, never before 0 nor before the previous
-      turn's end (that audio already belongs to the committed turn).
-    * Stop: once in speech, a window below ``threshold - 0.15`` (silero's own
-      hysteresis) starts a silence timer; a window at or above ``threshold``
-      cancels it; windows in between neither start nor cancel it. When the timer
-      reaches ``silence_duration_ms`` the turn ends at that window's end.
-
-    Windows are assumed contiguous, each ``window_ms`` long.
-    """
-
-    def __init__(
-        self,
-        config: TurnDetection,
-        *,
-        min_speech_ms: int = MIN_SPEECH_MS,
-        window_ms: int = WINDOW_MS,
-    ) -> None:
-        if window_ms <= 0:
-            raise ValueError("window_ms must be positive")
-        if min_speech_ms < 0:
-            raise ValueError("min_speech_ms must not be negative")
-        self.threshold: Final = config.threshold
-        self.neg_threshold: Final = max(config.threshold - 0.15, 0.01)
-        self.prefix_padding_ms: Final = config.prefix_padding_ms
-        self.silence_duration_ms: Final = config.silence_duration_ms
-        self.min_speech_ms: Final = min_speech_ms
-        self.window_ms: Final = window_ms
-        self._in_speech = False
-        self._run_start_ms: int | None = None  # onset of a run not yet long enough
-        self._silence_start_ms: int | None = None
-        self._floor_ms = 0  # no turn may start before this (the last stop)
-
-    @property
-    def in_speech(self) -> bool:
-        """True between a :class:`SpeechStart` and the matching :class:`SpeechStop`."""
-        return self._in_speech
-
-    def feed(self, end_ms: int, probability: float) -> TurnEvent | None:
-        """Advance by one window ending at ``end_ms``; at most one event results."""
-        if math.isnan(probability):
-            probability = 0.0  # an undefined score is not evidence of speech
-        start_ms = max(end_ms - self.window_ms, 0)
-        if self._in_speech:
-            return self._feed_speaking(start_ms, end_ms, probability)
-        if probability < self.threshold:
-            self._run_start_ms = None
-            return None
-        if self._run_start_ms is None:
-            self._run_start_ms = start_ms
-        if end_ms - self._run_start_ms < self.min_speech_ms:
-            return None
-        onset = self._run_start_ms
-        self._run_start_ms = None
-        self._in_speech = True
-        self._silence_start_ms = None
-        return SpeechStart(max(onset - self.prefix_padding_ms, self._floor_ms, 0))
-
-    def feed_many(self, windows: Iterable[tuple[int, float]]) -> list[TurnEvent]:
-        """:meth:`feed` each ``(end_ms, probability)`` in order; the events, in order."""
-        events: list[TurnEvent] = []
-        for end_ms, probability in windows:
-            event = self.feed(end_ms, probability)
-            if event is not None:
-                events.append(event)
-        return events
-
-    def reset(self) -> None:
-        """Back to silence with no history (new stream, or turn detection reconfigured)."""
-        self._in_speech = False
-        self._run_start_ms = None
-        self._silence_start_ms = None
-        self._floor_ms = 0
-
-    def _feed_speaking(
-        self, start_ms: int, end_ms: int, probability: float
-    ) -> SpeechStop | SpeechPause | None:
-        if probability >= self.threshold:
-            self._silence_start_ms = None
-            return None
-        paused = False
-        if probability < self.neg_threshold and self._silence_start_ms is None:
-            self._silence_start_ms = start_ms
-            paused = True
-        if self._silence_start_ms is None or end_ms - self._silence_start_ms < self.silence_duration_ms:
-            return SpeechPause(start_ms) if paused else None
-        self._in_speech = False
-        self._silence_start_ms = None
-        self._floor_ms = end_ms
-        return SpeechStop(end_ms)

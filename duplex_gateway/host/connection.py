@@ -48,10 +48,12 @@ from duplex_gateway.host.reader import INPUT_SLICE_MS, Outcome, Reader
 from duplex_gateway.host.resumption import Journal, ResumeRegistry, new_resume_token
 from duplex_gateway.host.takeover import Takeover
 from duplex_gateway.host.transport import Attachment
+from duplex_gateway.host.turn_judge import TurnJudge
 from duplex_gateway.ops.logs import bind_session
 from duplex_gateway.ops.metrics import GatewayMetrics
 from duplex_gateway.ops.recording import NO_RECORDER, Recorder
 from duplex_gateway.ops.session_stats import SessionStats, describe
+from duplex_gateway.session.engine_calls import AssessTurn
 from duplex_gateway.session.machine import (
     AcknowledgeEvents,
     AppendAudio,
@@ -180,6 +182,8 @@ class Connection:
             recorder=recorder,
             pacer=self._pacer,
         )
+        #: semantic_vad's end-of-turn judgements.
+        self._judge = TurnJudge(recent=self._reader.recent_audio, verdict=self._turn_judged, name=session_id)
         self._takeover = Takeover(
             self,
             self.session,
@@ -477,6 +481,7 @@ class Connection:
             self._pacer.cancel()
         if self._delegator is not None:
             await self._delegator.close()
+        await self._judge.close()
         if self._outbox.observers is not None:
             self._outbox.observers.close_all("call_ended")
         link, self._link = self._link, None
@@ -599,6 +604,8 @@ class Connection:
                 self._acknowledge(output.server_event_seq)
             elif isinstance(output, ReportLatency):
                 self._stats.latency(output)
+            elif isinstance(output, AssessTurn):
+                self._judge.assess(output)
             else:
                 self._call_engine(output)
         if self._pacer is not None:
@@ -610,6 +617,16 @@ class Connection:
             self._delegator.poll()
         if self._draining:
             self._drain_step()
+
+    def _turn_judged(self, call: AssessTurn, probability: float | None, model_ms: float) -> None:
+        """The end-of-turn model's verdict on the caller's silence."""
+        if self._closing is not None or self._ended.is_set():
+            return
+        try:
+            self.apply(self.session.turn_assessed(call, probability, model_ms))
+        except Exception:  # a bug must cost this session only
+            logger.exception("end-of-turn verdict of session %s failed", self.session_id)
+            self.fail(Failure.INTERNAL)
 
     def delegate(self) -> None:
         """Start the backend rounds a client frame asked for (a delegation resumed)."""

@@ -29,6 +29,9 @@ import enum
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from duplex_gateway.audio.stage import InputStage
 from duplex_gateway.audio.vad_batch import VadBatcher
 from duplex_gateway.config import LimitSettings
@@ -43,13 +46,15 @@ from duplex_gateway.vocabulary.commands import Command, SessionResume
 from duplex_gateway.vocabulary.errors import ProtocolError
 from duplex_gateway.vocabulary.formats import AudioFormat
 from duplex_gateway.vocabulary.frames import Frame
-from duplex_gateway.vocabulary.session_config import SessionConfig
+from duplex_gateway.vocabulary.session_config import SessionConfig, TurnDetectionMode
 
 __all__ = ["INPUT_SLICE_MS", "Outcome", "Reader", "ReaderHost"]
 
 #: Caller audio goes through the input stage in pieces of at most this much, so a long
 #: append is turn-detected as finely as streamed audio and converted with small buffers.
 INPUT_SLICE_MS = 100
+#: The caller audio the end-of-turn model hears: its whole window (Smart Turn's 8 s).
+TURN_MODEL_MS = 8_000.0
 
 
 def _duration(seconds: float) -> str:
@@ -187,6 +192,10 @@ class Reader:
         """The engine link is gone with the calls still queued: nothing waits for their answers."""
         self._updates_pending = 0
         self._updates_settled.set()
+
+    def recent_audio(self) -> npt.NDArray[np.float32]:
+        """The caller's latest audio at 16 kHz, as the input stage kept it for the end-of-turn model."""
+        return self._input.recent() if self._input is not None else np.zeros(0, dtype=np.float32)
 
     def flush_input(self) -> bytes:
         """The engine-rate audio the input stage still holds back (the end of a turn)."""
@@ -350,12 +359,18 @@ class Reader:
         of its own, placed on the same input clock.
         """
         wire, vad = chunk_format or self._session.config.input_format, self._session.gateway_vad
+        td = self._session.config.turn_detection
+        # semantic_vad's end-of-turn model hears the caller's latest seconds.
+        recent_ms = (
+            TURN_MODEL_MS if vad and td is not None and td.mode is TurnDetectionMode.SEMANTIC_VAD else 0.0
+        )
         current = self._input
-        if current is None or current.wire != wire or current.vad != vad:
+        if current is None or current.wire != wire or current.vad != vad or current.recent_ms != recent_ms:
             current = self._input = InputStage(
                 wire,
                 self._input_rate,
                 vad=(self._vad or VadBatcher.shared()) if vad else None,
                 start_ms=current.position_ms if current is not None else 0.0,
+                recent_ms=recent_ms,
             )
         return current

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from duplex_gateway.audio.turn_detector import SpeechCandidate
 from duplex_gateway.engine import port
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.errors import CloseCode
@@ -23,6 +24,7 @@ __all__ = [
     "AddItem",
     "AppendAudio",
     "AppendText",
+    "AssessTurn",
     "BargeInEngine",
     "CallerPaused",
     "CancelInput",
@@ -54,6 +56,20 @@ class EngineCall:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OpenEngine(EngineCall):
     config: SessionConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssessTurn(EngineCall):
+    """``semantic_vad``: have the end-of-turn model judge the caller's turn so far, then call
+    :meth:`Session.turn_assessed` with its probability that the caller is done.
+
+    The audio judged is the caller's most recent, up to now (``candidate``'s end).
+    """
+
+    item_id: str
+    candidate: SpeechCandidate
+    #: The probability at or above which the turn ends (the session's eagerness).
+    threshold: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

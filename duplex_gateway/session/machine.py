@@ -21,12 +21,11 @@ It never touches a socket, a task or a clock; time arrives as arguments.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from duplex_gateway.audio.vad import SpeechPause, SpeechStart, SpeechStop
+from duplex_gateway.audio.turn_detector import SpeechCandidate, SpeechPause, SpeechStart, SpeechStop
 from duplex_gateway.engine import port
 from duplex_gateway.session.context import AppContext, on_context, speak_owed
 from duplex_gateway.session.conversation import MAX_ITEMS, Conversation, Item
@@ -38,6 +37,7 @@ from duplex_gateway.session.engine_calls import (
     AddItem,
     AppendAudio,
     AppendText,
+    AssessTurn,
     BargeInEngine,
     CallerPaused,
     CancelInput,
@@ -57,6 +57,7 @@ from duplex_gateway.session.engine_calls import (
     UpdateEngine,
 )
 from duplex_gateway.session.ids import IdFactory
+from duplex_gateway.session.phases import PHASE_TRANSITIONS, Happening, Lifecycle, Phase, PhaseError
 from duplex_gateway.session.replies import MAX_SIDE_RESPONSES, Reply, ReplyBook
 from duplex_gateway.session.reply_options import reply_options
 from duplex_gateway.session.settings import Handshake, Settings
@@ -112,72 +113,6 @@ __all__ = [
     "TruncateReply",
     "UpdateEngine",
 ]
-
-
-# -- the session's life ----------------------------------------------------------------------
-
-
-class Phase(enum.Enum):
-    """Where a session is in its life."""
-
-    #: A duplex handshake: nothing but ``session.update`` (and keep-alives) until it comes.
-    AWAITING_CONFIG = "awaiting_config"
-    #: The engine session is being opened with the client's configuration.
-    OPENING = "opening"
-    #: Configured: every command is handled (a Realtime handshake starts here).
-    OPEN = "open"
-    #: Over: nothing more is handled.
-    CLOSED = "closed"
-
-
-class Happening(enum.Enum):
-    """What moves a session from one phase to the next."""
-
-    #: The duplex client's first ``session.update``: the engine is asked to open.
-    CONFIGURED = "configured"
-    #: The engine session asked for by :class:`OpenEngine` is ready.
-    ENGINE_OPENED = "engine_opened"
-    #: The client, the gateway or the engine ended the session.
-    CLOSED = "closed"
-
-
-_P, _H = Phase, Happening
-
-#: Every move a session's life can make; any other (phase, happening) pair raises :class:`PhaseError`.
-PHASE_TRANSITIONS: Mapping[tuple[Phase, Happening], Phase] = {
-    (_P.AWAITING_CONFIG, _H.CONFIGURED): _P.OPENING,
-    (_P.OPENING, _H.ENGINE_OPENED): _P.OPEN,
-    (_P.AWAITING_CONFIG, _H.CLOSED): _P.CLOSED,
-    (_P.OPENING, _H.CLOSED): _P.CLOSED,
-    (_P.OPEN, _H.CLOSED): _P.CLOSED,
-    # The engine finished opening after the session ended (a shutdown raced it): it stays over.
-    (_P.CLOSED, _H.ENGINE_OPENED): _P.CLOSED,
-}
-
-
-class PhaseError(RuntimeError):
-    """A happening the session's phase does not allow (a host or session bug, never a client's)."""
-
-
-class Lifecycle:
-    """A session's phase, moved only by :data:`PHASE_TRANSITIONS`."""
-
-    __slots__ = ("closed_from", "phase")
-
-    def __init__(self, phase: Phase) -> None:
-        self.phase = phase
-        #: The phase the session was in when it closed.
-        self.closed_from: Phase | None = None
-
-    def move(self, happening: Happening) -> None:
-        """Take the move ``happening`` makes; :class:`PhaseError` if the phase allows none."""
-        try:
-            after = PHASE_TRANSITIONS[self.phase, happening]
-        except KeyError:
-            raise PhaseError(f"a {self.phase.value} session cannot be {happening.value}") from None
-        if after is Phase.CLOSED and self.phase is not Phase.CLOSED:
-            self.closed_from = self.phase
-        self.phase = after
 
 
 # -- the session ---------------------------------------------------------------------------------
@@ -533,9 +468,21 @@ class Session:
                 outputs.extend(self._speech_started(decision.audio_start_ms))
             elif isinstance(decision, SpeechPause) and turns.speaking:
                 outputs.append(CallerPaused())
+            elif isinstance(decision, SpeechCandidate) and (assess := turns.assess(decision)) is not None:
+                outputs.append(assess)
             elif isinstance(decision, SpeechStop) and turns.speaking:
                 outputs.extend(self._speech_stopped(decision.audio_end_ms))
         return outputs
+
+    def turn_assessed(
+        self, call: AssessTurn, probability: float | None, model_ms: float = 0.0
+    ) -> list[Output]:
+        """The end-of-turn model's judgement of ``call`` (None: it failed, and the silence ends the turn).
+
+        ``model_ms``: how long the judgement took (a stage of the reply's latency report).
+        """
+        stop = None if self.closed else self._turns.assessed(call, probability)
+        return self._speech_stopped(stop.audio_end_ms, model_ms) if stop is not None else []
 
     def _speech_started(self, audio_start_ms: int, engine_item_id: str = "") -> list[Output]:
         """The caller started speaking, found by the gateway's detector or the engine's (``engine_item_id``)."""
@@ -551,7 +498,7 @@ class Session:
         outputs.extend(self._turns.release_ring(audio_start_ms))
         return outputs
 
-    def _speech_stopped(self, audio_end_ms: int) -> list[Output]:
+    def _speech_stopped(self, audio_end_ms: int, model_ms: float | None = None) -> list[Output]:
         item_id = self._turns.speech_item_id
         assert item_id is not None
         outputs: list[Output] = [ev.SpeechStopped(audio_end_ms=audio_end_ms, item_id=item_id)]
@@ -565,6 +512,7 @@ class Session:
                 self._commit_turn(
                     create_response=self._settings.turn_end_asks_reply(replying=self.response_active),
                     detection_ms=self._turns.detection_ms(audio_end_ms),
+                    model_ms=model_ms,
                 )
             )
         return outputs
@@ -577,12 +525,13 @@ class Session:
         engine_decides: bool = False,
         is_speech: bool | None = None,
         detection_ms: float | None = None,
+        model_ms: float | None = None,
     ) -> list[Output]:
         item_id = self._turns.take_speech_item() or self._new_id("item")
         reply = self._request_reply(self.config.output_modalities) if create_response else None
         if reply is not None:
             reply.turn_item_id = item_id
-            reply.detection_ms = detection_ms
+            reply.detection_ms, reply.turn_model_ms = detection_ms, model_ms
         call = CommitInput(
             item_id=item_id,
             response_id=reply.id if reply else None,

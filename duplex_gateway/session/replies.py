@@ -128,6 +128,8 @@ class Reply:
     #: the gateway's turn detection committed it (None: the client or engine ended it).
     turn_item_id: str | None = None
     detection_ms: float | None = None
+    #: Of which the end-of-turn model took this much (semantic_vad).
+    turn_model_ms: float | None = None
     #: The engine's own account of its time (:class:`port.EngineTimings`).
     engine_stages: tuple[tuple[str, float], ...] = ()
     #: Transcript deltas with the reply audio produced when each arrived, so a
@@ -362,7 +364,10 @@ class ReplyBook:
         engine_ms = max(0.0, (reply.first_audio_at - reply.requested_at) * 1000.0)
         stages: list[tuple[str, float]] = []
         if detection is not None:
-            stages.append(("turn_detection", round(detection, 1)))
+            model = min(reply.turn_model_ms or 0.0, detection)
+            stages.append(("turn_detection", round(detection - model, 1)))
+            if reply.turn_model_ms is not None:
+                stages.append(("turn_model", round(model, 1)))
         if reply.engine_stages:
             stages.extend((name, round(ms, 1)) for name, ms in reply.engine_stages)
             covered = sum(ms for _, ms in reply.engine_stages)

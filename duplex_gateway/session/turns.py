@@ -17,10 +17,11 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from duplex_gateway.audio.vad import TurnDetector, TurnEvent
+from duplex_gateway.audio.turn_detector import SpeechCandidate, SpeechStop, TurnDetector, TurnEvent
 from duplex_gateway.engine import port
 from duplex_gateway.session.conversation import Conversation, Item
-from duplex_gateway.session.engine_calls import AppendAudio, Output, ProcessInput
+from duplex_gateway.session.engine_calls import AppendAudio, AssessTurn, Output, ProcessInput
+from duplex_gateway.session.turn_words import WORDS_VETO_MS, sounds_unfinished
 from duplex_gateway.vocabulary import commands as cmd
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
@@ -137,6 +138,33 @@ class TurnTracker:
         self._buffered_ms += duration_ms
         return [self.append(pcm, is_speech=is_speech, hints=hints)] if pcm else []
 
+    def assessed(self, call: AssessTurn, probability: float | None) -> SpeechStop | None:
+        """The end-of-turn model judged ``call``: the turn's end if the caller is done and still quiet.
+
+        ``probability`` None: the model could not judge, and the silence ends the turn as it
+        would have without it. Words the engine has recognized so far that end on one a
+        sentence cannot end on keep the turn going for a while (:mod:`.turn_words`).
+        """
+        detector = self._detector
+        if detector is None or self._speech_item_id != call.item_id:
+            return None
+        if probability is not None:
+            silence_ms = call.candidate.audio_end_ms - call.candidate.speech_end_ms
+            unfinished = silence_ms < WORDS_VETO_MS and sounds_unfinished(
+                self._partials.hypothesis(call.item_id)
+            )
+            if probability < call.threshold or unfinished:
+                return None  # not done: more speech, a later judgement or the longest wait ends it
+        return detector.end_turn(call.candidate)
+
+    def assess(self, candidate: SpeechCandidate) -> AssessTurn | None:
+        """The judgement to ask of the end-of-turn model for ``candidate`` (None: no turn is being spoken)."""
+        if self._detector is None or self._speech_item_id is None:
+            return None
+        return AssessTurn(
+            item_id=self._speech_item_id, candidate=candidate, threshold=self._detector.eagerness.threshold
+        )
+
     def decisions(self, windows: Sequence[tuple[int, float]]) -> list[TurnEvent]:
         """What the detector makes of these VAD windows (nothing where the gateway finds no turns)."""
         if self._detector is None:
@@ -239,7 +267,8 @@ class TurnTracker:
             or ""
         )
         if not event.final:
-            return list(self._partials.delta(item_id, event.text)) if tell_client else []
+            deltas = self._partials.delta(item_id, event.text)  # kept either way: semantic_vad reads them
+            return list(deltas) if tell_client else []
         record = conversation.get(item_id)
         if record is not None:
             record.item = replace(record.item, transcript=event.text)
@@ -259,7 +288,9 @@ class TurnTracker:
         ``audio_end_ms`` already counts the detector's silence (as OpenAI's does), so
         the speech itself ended ``silence_duration_ms`` before it.
         """
-        td = self._turn_detection
+        td, detector = self._turn_detection, self._detector
+        if detector is not None and detector.semantic:
+            return max(0.0, self._input_ms - detector.last_speech_end_ms)  # the wait the model chose
         silence = td.silence_duration_ms if td is not None else 0
         return max(0.0, self._input_ms - (audio_end_ms - silence))
 
@@ -302,6 +333,10 @@ class PartialTranscripts:
     def __init__(self) -> None:
         # Per caller item: (words already sent as deltas, the engine's last hypothesis).
         self._partials: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+    def hypothesis(self, item_id: str) -> str:
+        """The engine's latest hypothesis of the words of ``item_id`` ("" if none came)."""
+        return " ".join(self._partials.get(item_id, ((), ()))[1])
 
     def delta(self, item_id: str, hypothesis: str) -> list[ev.InputTranscriptionDelta]:
         """The words of ``hypothesis`` newly agreed on, as a delta (nothing if none)."""

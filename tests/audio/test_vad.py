@@ -11,16 +11,12 @@ import pytest
 
 from duplex_gateway.audio.codec import encode
 from duplex_gateway.audio.convert import InputConverter
+from duplex_gateway.audio.turn_detector import SpeechPause, SpeechStart, SpeechStop, TurnDetector, TurnEvent
 from duplex_gateway.audio.vad import (
     WINDOW_MS,
     WINDOW_SAMPLES,
     SileroVad,
     SileroVadStream,
-    SpeechPause,
-    SpeechStart,
-    SpeechStop,
-    TurnDetector,
-    TurnEvent,
     VadWindow,
     default_model_path,
 )

@@ -1,0 +1,83 @@
+"""The caller's words as a cue for ``semantic_vad``: a turn whose last word cannot end a sentence goes on.
+
+The end-of-turn audio model hears how a turn ends; it is misled where the voice falls as at the
+end of a sentence while the words are not one ("I'd like to book a table for", spoken by a
+synthetic voice, sounds finished to it). Where the engine streams the caller's words as they
+are recognized, the last of them is a second cue: an article, a preposition, a conjunction or a
+contraction still waiting for its complement cannot end an English sentence, so the turn is not done
+whatever the audio says, for a while (:data:`WORDS_VETO_MS`): a caller who really stopped there
+is answered by the later judgements, or by the longest wait.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["UNFINISHED_ENDINGS", "WORDS_VETO_MS", "sounds_unfinished"]
+
+#: Words an English sentence does not end on (lower case, no punctuation). A question may end on
+#: a preposition ("where are you from"); that costs it one later judgement, not its answer.
+UNFINISHED_ENDINGS: Final = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "my",
+        "your",
+        "our",
+        "their",
+        "its",
+        "every",
+        "each",
+        "to",
+        "for",
+        "of",
+        "in",
+        "on",
+        "at",
+        "by",
+        "with",
+        "from",
+        "into",
+        "onto",
+        "about",
+        "than",
+        "as",
+        "and",
+        "or",
+        "but",
+        "because",
+        "if",
+        "when",
+        "while",
+        "although",
+        "though",
+        "unless",
+        "whether",
+        "nor",
+        "i'm",
+        "it's",
+        "that's",
+        "there's",
+        "what's",
+        "here's",
+        "gonna",
+        "wanna",
+        "um",
+        "uh",
+        "er",
+        "erm",
+    ]
+)
+#: The words' veto lasts this long into the silence: past it, only the audio model decides.
+WORDS_VETO_MS: Final = 2_000
+
+
+def sounds_unfinished(words: str) -> bool:
+    """The last of ``words`` (the caller's turn so far) is one a sentence cannot end on."""
+    tokens = words.lower().replace("\u2019", "'").split()
+    if not tokens:
+        return False
+    last = tokens[-1].strip('.,;:!?"()')
+    # A turn whose words end in a full stop or question mark ended as a sentence.
+    return last in UNFINISHED_ENDINGS and not tokens[-1].endswith((".", "?", "!"))
