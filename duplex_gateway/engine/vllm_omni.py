@@ -152,6 +152,9 @@ class VllmOmniSession(port.EngineSession):
         self._unacked: tuple[str, int] | None = None
         self._updates = PendingUpdates()
         self._update_ids = 0
+        #: The last event was ``session.created``: vLLM-Omni follows it with a ``session.updated``
+        #: of its own (the open's), which answers none of the gateway's updates.
+        self._just_created = False
         #: response.create commands sent, by event id: the gateway's id of the reply each asks for.
         self._creates: dict[str, str] = {}
         self._create_ids = 0
@@ -475,6 +478,7 @@ class VllmOmniSession(port.EngineSession):
     def _translate(self, event: Mapping[str, Any]) -> list[port.EngineEvent]:
         """Port events for one engine event, in its wire shape (what vLLM-Omni's server would send)."""
         kind = event.get("type")
+        just_created, self._just_created = self._just_created, kind == "session.created"
         if kind == "response.created":
             return self._on_response_created(response_id_of(event), hold=True)
         if kind in ("conversation.item.added", "conversation.item.created"):
@@ -495,6 +499,13 @@ class VllmOmniSession(port.EngineSession):
         if kind == "input_audio_buffer.committed":
             return [port.EngineTurnCommitted(item_id=item_of(event))]
         if kind == "session.updated":
+            if just_created:
+                # The open's own, right behind session.created. Taken for the answer to an
+                # update sent meanwhile (a client's first session.update, while the pump had not
+                # yet read the open's events), it let the update return before vLLM-Omni had
+                # applied it: the client heard session.updated with the engine still on the old
+                # tools and instructions.
+                return []
             self._updates.settle(None)  # vLLM-Omni answers updates in order
             return []
         if kind == "error":

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from tests.omni.conftest import (
     stop_backends,
     wait_healthy,
 )
+from tests.omni.fake_stage.plugin import FakeEchoDuplexPlugin
 from tests.omni.test_engines_in_process import REPO, Events, done_of, fake_env, running, send_turn
 
 __all__ = ["fake_env"]  # the fixture, registered by import
@@ -300,3 +302,26 @@ async def test_the_engine_puts_calls_on_its_reply_and_passes_replayed_calls_and_
         assert events.of(port.EngineAudio, "resp_2") and not events.of(port.EngineFunctionCall, "resp_2")
         await session.close("done")
         await events.closed()
+
+
+async def test_an_update_right_after_the_open_returns_once_vllm_omni_took_it(
+    fake_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM-Omni follows session.created with a session.updated of its own, which answers no update."""
+    monkeypatch.chdir(REPO)
+    slow = FakeEchoDuplexPlugin.runtime_config_for_update
+
+    def busy(plugin: Any, config: Any, current: Any) -> dict[str, object]:
+        time.sleep(0.3)  # vLLM-Omni under load: the update is taken a while after it was sent
+        return slow(plugin, config, current)
+
+    monkeypatch.setattr(FakeEchoDuplexPlugin, "runtime_config_for_update", busy)
+    engine = VllmOmniEngine(factory=fake_stage.duplex_omni)
+    async with running(engine):
+        session = await engine.open_session("s1", SessionConfig(instructions=INSTRUCTIONS))
+        weather = FunctionTool(name="get_weather", parameters=WEATHER["parameters"])  # type: ignore[arg-type]
+        # Before the session's events were read: the open's session.updated is still on its way.
+        await session.update(SessionConfig(instructions=INSTRUCTIONS, tools=(weather,)))
+        held = [c["config"]["extra_body"] for c in read_calls(fake_env) if c["call"] == "session_config"]
+        assert len(held) == 2 and held[-1]["realtime_tools"][0]["name"] == "get_weather", held
+        await session.close("done")
