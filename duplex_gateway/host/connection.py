@@ -622,6 +622,14 @@ class Connection:
         """The end-of-turn model's verdict on the caller's silence."""
         if self._closing is not None or self._ended.is_set():
             return
+        silence = call.candidate.audio_end_ms - call.candidate.speech_end_ms
+        logger.debug(
+            "session %s: end-of-turn model after %d ms of silence: %s in %.0f ms",
+            self.session_id,
+            silence,
+            "failed" if probability is None else f"{probability:.2f}",
+            model_ms,
+        )
         try:
             self.apply(self.session.turn_assessed(call, probability, model_ms))
         except Exception:  # a bug must cost this session only

@@ -6,7 +6,7 @@ synthetic voice, sounds finished to it). Where the engine streams the caller's w
 are recognized, the last of them is a second cue: an article, a preposition, a conjunction or a
 contraction still waiting for its complement cannot end an English sentence, so the turn is not done
 whatever the audio says, for a while (:data:`WORDS_VETO_MS`): a caller who really stopped there
-is answered by the later judgements, or by the longest wait.
+is answered by the next judgement, a second later.
 """
 
 from __future__ import annotations
@@ -69,8 +69,10 @@ UNFINISHED_ENDINGS: Final = frozenset(
         "erm",
     ]
 )
-#: The words' veto lasts this long into the silence: past it, only the audio model decides.
-WORDS_VETO_MS: Final = 2_000
+#: The words' veto lasts this long into the silence: past it, only the audio model decides. A
+#: thinking pause rarely lasts longer, and a recognizer's wrong last word ("...close to my" for
+#: "...close tonight") must not hold a finished caller for long: the judgement after it ends the turn.
+WORDS_VETO_MS: Final = 1_000
 
 
 def sounds_unfinished(words: str) -> bool:
