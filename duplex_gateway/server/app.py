@@ -21,7 +21,7 @@ from starlette.websockets import WebSocket
 from duplex_gateway.audio.vad import SileroVad
 from duplex_gateway.auth import AuthMiddleware, Denial, Gate, Principal, auth_routes
 from duplex_gateway.config import GatewaySettings
-from duplex_gateway.dialects.live import PacedLiveDialect
+from duplex_gateway.dialects.live_pacing import PacedLiveDialect
 from duplex_gateway.dialects.realtime import RealtimeDialect
 from duplex_gateway.dialects.realtime_session import parse_session_patch, session_payload
 from duplex_gateway.engine import port

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from duplex_gateway.dialects import live, live_backend, live_commands, live_errors, live_session
+from duplex_gateway.dialects import live, live_backend, live_commands, live_errors, live_pacing, live_session
 from duplex_gateway.dialects.live import LiveDialect
 from duplex_gateway.dialects.live_session import DELEGATE_TOOL, MAX_INPUT_ITEMS
 from duplex_gateway.vocabulary import context_events as ctx
@@ -724,7 +724,9 @@ _ALLOWED = {
 
 
 @pytest.mark.parametrize(
-    "module", [live, live_backend, live_commands, live_errors, live_session], ids=lambda m: m.__name__
+    "module",
+    [live, live_backend, live_commands, live_errors, live_pacing, live_session],
+    ids=lambda m: m.__name__,
 )
 def test_live_modules_are_pure(module: ModuleType) -> None:
     assert module.__file__ is not None

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from duplex_gateway.dialects.live import LiveDialect, PacedLiveDialect
+from duplex_gateway.dialects.live import LiveDialect
 from duplex_gateway.dialects.live_backend import (
     BACKEND_TOOL_NAME,
     ITEM_PREFIX,
@@ -27,6 +27,7 @@ from duplex_gateway.dialects.live_backend import (
     BackendRequest,
     BackendText,
 )
+from duplex_gateway.dialects.live_pacing import PacedLiveDialect
 from duplex_gateway.vocabulary import context_events as ctx
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.commands import ContextAppend, SessionUpdate

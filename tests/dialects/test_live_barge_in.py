@@ -7,7 +7,7 @@ import base64
 import json
 from dataclasses import replace
 
-from duplex_gateway.dialects.live import PacedLiveDialect
+from duplex_gateway.dialects.live_pacing import PacedLiveDialect
 from duplex_gateway.vocabulary import commands as cmd
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.formats import AudioFormat, Encoding

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from duplex_gateway.dialects.base import PacedDialect
-from duplex_gateway.dialects.live import LEAD_MS, RESPONSES_HERE, LivePlayout, PacedLiveDialect
+from duplex_gateway.dialects.live_pacing import LEAD_MS, RESPONSES_HERE, LivePlayout, PacedLiveDialect
 from duplex_gateway.vocabulary import commands as cmd
 from duplex_gateway.vocabulary import context_events as ctx
 from duplex_gateway.vocabulary import events as ev
