@@ -481,7 +481,7 @@ class Session:
 
         ``model_ms``: how long the judgement took (a stage of the reply's latency report).
         """
-        stop = None if self.closed else self._turns.assessed(call, probability)
+        stop = None if self.closed else self._turns.assessed(call, probability, self._clock)
         return self._speech_stopped(stop.audio_end_ms, model_ms) if stop is not None else []
 
     def _speech_started(self, audio_start_ms: int, engine_item_id: str = "") -> list[Output]:
@@ -557,12 +557,15 @@ class Session:
     @property
     def next_timer(self) -> float | None:
         """When :meth:`tick` next has work to do (the clock of :meth:`receive`), or None."""
-        return None if self.closed else self._turns.idle_deadline
+        due = [t for t in (self._turns.idle_deadline, self._turns.judged_end_at) if t is not None]
+        return None if self.closed or not due else min(due)
 
     def tick(self, now: float) -> list[Output]:
         """Time has passed: fire what :attr:`next_timer` announced, if it is due."""
         self._clock = now
         turns = self._turns
+        if not self.closed and (stop := turns.judged_end_due(now)) is not None:
+            return self._speech_stopped(stop.audio_end_ms)
         deadline = turns.idle_deadline
         if self.closed or deadline is None or now < deadline:
             return []

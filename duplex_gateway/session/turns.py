@@ -68,6 +68,9 @@ class TurnTracker:
         # their turn for them, and where on the input clock that silence began.
         self._idle_deadline: float | None = None
         self._idle_from_ms = 0.0
+        #: semantic_vad: when (the session's clock) a judged silence ends the turn if no audio says
+        #: otherwise first: a client that stops streaming after its words must not wait forever.
+        self._judged_end: tuple[float, SpeechCandidate] | None = None
 
     def _make_detector(self) -> TurnDetector | None:
         td = self._turn_detection
@@ -138,7 +141,9 @@ class TurnTracker:
         self._buffered_ms += duration_ms
         return [self.append(pcm, is_speech=is_speech, hints=hints)] if pcm else []
 
-    def assessed(self, call: AssessTurn, probability: float | None) -> SpeechStop | None:
+    def assessed(
+        self, call: AssessTurn, probability: float | None, now: float | None = None
+    ) -> SpeechStop | None:
         """The end-of-turn model judged ``call``: the turn's end if the caller is done and still quiet.
 
         ``probability`` None: the model could not judge, and the silence ends the turn as it
@@ -154,8 +159,27 @@ class TurnTracker:
                 self._partials.hypothesis(call.item_id)
             )
             if probability < call.threshold or unfinished:
-                return None  # not done: more speech, a later judgement or the longest wait ends it
+                # Not done: more speech, a later judgement or the longest wait ends it; the wait runs
+                # on the clock too, for a client that stops sending audio after its words.
+                wait_ms = WORDS_VETO_MS if probability >= call.threshold else detector.silence_duration_ms
+                if now is not None and detector.awaiting(call.candidate):
+                    self._judged_end = (now + max(0, wait_ms - silence_ms) / 1000.0, call.candidate)
+                return None
+        self._judged_end = None
         return detector.end_turn(call.candidate)
+
+    @property
+    def judged_end_at(self) -> float | None:
+        """When a judged silence ends the turn by the clock (semantic_vad), or None."""
+        return self._judged_end[0] if self._judged_end is not None else None
+
+    def judged_end_due(self, now: float) -> SpeechStop | None:
+        """The turn's end if its judged silence has run out by ``now`` with the caller still quiet."""
+        judged, detector = self._judged_end, self._detector
+        if judged is None or now < judged[0]:
+            return None
+        self._judged_end = None
+        return detector.end_turn(judged[1]) if detector is not None else None
 
     def assess(self, candidate: SpeechCandidate) -> AssessTurn | None:
         """The judgement to ask of the end-of-turn model for ``candidate`` (None: no turn is being spoken)."""

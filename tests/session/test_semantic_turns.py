@@ -127,3 +127,25 @@ def test_words_that_end_a_sentence_leave_the_verdict_to_the_audio() -> None:
     )
     (assess,) = [o for o in _feed(session, 1344, 320, 0.01) if isinstance(o, AssessTurn)]
     assert any(isinstance(o, ev.SpeechStopped) for o in session.turn_assessed(assess, 0.95))
+
+
+def test_a_judged_silence_ends_the_turn_by_the_clock_when_the_client_stops_sending_audio() -> None:
+    session = _session()
+    _feed(session, 0, 320, 0.01, now=0.0)
+    _feed(session, 320, 1024, 0.95, now=1.0)
+    session.engine_event(port.EngineInputTranscript(item_id="", text="tell me the", final=False), now=1.1)
+    (assess,) = [o for o in _feed(session, 1344, 320, 0.01, now=1.7) if isinstance(o, AssessTurn)]
+    assert session.turn_assessed(assess, 0.95) == []  # vetoed by "the"; then no more audio comes
+    due = session.next_timer
+    assert due is not None and 1.7 < due <= 1.7 + 1.0
+    assert session.tick(due - 0.01) == []
+    assert any(isinstance(o, ev.SpeechStopped) for o in session.tick(due))
+
+
+def test_a_turn_judged_unfinished_ends_at_the_longest_wait_by_the_clock() -> None:
+    session = _session("high")
+    assess = _spoken(session)
+    assert session.turn_assessed(assess, 0.05) == []
+    due = session.next_timer
+    assert due is not None
+    assert any(isinstance(o, ev.SpeechStopped) for o in session.tick(due))
