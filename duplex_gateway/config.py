@@ -35,6 +35,7 @@ __all__ = [
     "ApiKeySettings",
     "ApiScope",
     "AuthSettings",
+    "BackchannelSettings",
     "ConfigError",
     "EchoSettings",
     "EmbeddedLlmSettings",
@@ -268,6 +269,26 @@ else:
     EngineSettings = _engine_settings_model()
 
 
+class BackchannelSettings(_Section):
+    """Caller speech over a reply: when it is a backchannel the reply survives, when an interruption.
+
+    With the ``backchannel`` policy the reply is held (nothing more of it is sent) while the
+    caller speaks over it; speech that lasts ``barge_in_ms`` interrupts it, quiet for
+    ``settle_ms`` before that resumes it where it was held. A session's own ``overlap_policy``
+    and ``overlap_barge_in_ms`` (vLLM-Omni's session fields) win over these.
+    """
+
+    #: ``auto``: ``backchannel`` under ``semantic_vad``, OpenAI's barge-in on every speech start
+    #: under ``server_vad``; ``backchannel`` under both; ``barge_in_on_speech`` under neither.
+    policy: Literal["auto", "backchannel", "barge_in_on_speech"] = "auto"
+    #: Voiced speech over a held reply, from its onset, that makes it an interruption.
+    barge_in_ms: int = Field(400, ge=50, le=5_000)
+    #: Quiet after shorter speech that makes it a backchannel: the reply resumes.
+    settle_ms: int = Field(250, ge=50, le=5_000)
+    #: The longest a reply is held by the clock, should the caller's audio stop coming.
+    max_hold_ms: int = Field(2_000, ge=100, le=30_000)
+
+
 class SessionDefaults(_Section):
     """Defaults a session starts with before the client's ``session.update``."""
 
@@ -281,6 +302,8 @@ class SessionDefaults(_Section):
     vad_threshold: float = Field(0.5, gt=0, lt=1)
     prefix_padding_ms: int = Field(300, ge=0, le=10_000)
     silence_duration_ms: int = Field(500, ge=0, le=10_000)
+    #: Caller speech over a reply (backchannels and interruptions).
+    backchannels: BackchannelSettings = BackchannelSettings()
 
 
 class RetentionSettings(_Section):

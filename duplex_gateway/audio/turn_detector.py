@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from duplex_gateway.audio.vad import WINDOW_MS
@@ -62,9 +62,17 @@ SEMANTIC_REASSESS_MS: Final = 1_000
 
 @dataclass(frozen=True, slots=True)
 class SpeechStart:
-    """The caller started speaking; ``audio_start_ms`` already includes the prefix padding."""
+    """The caller started speaking; ``audio_start_ms`` already includes the prefix padding.
+
+    ``onset_ms`` is where the speech itself began and ``detected_ms`` where it was confirmed
+    (None: both at ``audio_start_ms``, for a start not found by this detector); they tell the
+    session how much speech it has heard, not the client where the turn starts, so two starts
+    at the same place are equal.
+    """
 
     audio_start_ms: int
+    onset_ms: int | None = field(default=None, compare=False)
+    detected_ms: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +183,9 @@ class TurnDetector:
         self._run_start_ms = None
         self._in_speech = True
         self._silence_start_ms = None
-        return SpeechStart(max(onset - self.prefix_padding_ms, self._floor_ms, 0))
+        return SpeechStart(
+            max(onset - self.prefix_padding_ms, self._floor_ms, 0), onset_ms=onset, detected_ms=end_ms
+        )
 
     def feed_many(self, windows: Iterable[tuple[int, float]]) -> list[TurnEvent]:
         """:meth:`feed` each ``(end_ms, probability)`` in order; the events, in order."""
@@ -192,6 +202,17 @@ class TurnDetector:
         self._run_start_ms = None
         self._silence_start_ms = None
         self._floor_ms = 0
+        self._candidate_at_ms = SEMANTIC_CANDIDATE_MS
+
+    def dismiss(self, end_ms: int) -> None:
+        """The speech since the last start was not a turn (a backchannel): back to silence at ``end_ms``.
+
+        No later turn starts before ``end_ms``: its prefix padding must not reach back into it.
+        """
+        self._in_speech = False
+        self._run_start_ms = None
+        self._silence_start_ms = None
+        self._floor_ms = max(self._floor_ms, end_ms)
         self._candidate_at_ms = SEMANTIC_CANDIDATE_MS
 
     def awaiting(self, candidate: SpeechCandidate) -> bool:

@@ -404,6 +404,15 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
         "policy": e.policy,
         "action": e.action,
         "reason": e.reason,
+        **{
+            name: value
+            for name, value in (
+                ("response_id", e.response_id),
+                ("audio_start_ms", e.audio_start_ms),
+                ("audio_end_ms", e.audio_end_ms),
+            )
+            if value is not None
+        },
         "metadata": {},
     },
     TurnLatency: lambda e, beta, sid: {

@@ -54,6 +54,7 @@ from duplex_gateway.ops.metrics import GatewayMetrics
 from duplex_gateway.ops.recording import NO_RECORDER, Recorder
 from duplex_gateway.ops.session_stats import SessionStats, describe
 from duplex_gateway.session.engine_calls import AssessTurn
+from duplex_gateway.session.overlap import BackchannelRule, OverlapPolicy
 from duplex_gateway.session.machine import (
     AcknowledgeEvents,
     AppendAudio,
@@ -115,6 +116,7 @@ class Connection:
             capabilities=engine.capabilities,
             defaults=defaults,
             handshake=handshake,
+            backchannels=_backchannel_rule(settings),
         )
         self.resume_token = new_resume_token()
         if self._resumes is not None:
@@ -698,3 +700,14 @@ class Connection:
         except Exception:  # a bug must cost this session only
             logger.exception("timer of session %s failed", self.session_id)
             self.fail(Failure.INTERNAL)
+
+
+def _backchannel_rule(settings: GatewaySettings) -> BackchannelRule:
+    """The gateway's ``session.backchannels`` as the rule sessions hold replies by."""
+    b = settings.session.backchannels
+    return BackchannelRule(
+        policy=OverlapPolicy(b.policy),
+        barge_in_ms=b.barge_in_ms,
+        settle_ms=b.settle_ms,
+        max_hold_ms=b.max_hold_ms,
+    )

@@ -25,8 +25,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from duplex_gateway.audio.turn_detector import SpeechCandidate, SpeechPause, SpeechStart, SpeechStop
+from duplex_gateway.audio.turn_detector import (
+    SpeechCandidate,
+    SpeechPause,
+    SpeechStart,
+    SpeechStop,
+    TurnEvent,
+)
 from duplex_gateway.engine import port
+from duplex_gateway.session.backchannels import Backchannels
 from duplex_gateway.session.context import AppContext, on_context, speak_owed
 from duplex_gateway.session.conversation import MAX_ITEMS, Conversation, Item
 from duplex_gateway.session.engine_calls import (
@@ -57,6 +64,7 @@ from duplex_gateway.session.engine_calls import (
     UpdateEngine,
 )
 from duplex_gateway.session.ids import IdFactory
+from duplex_gateway.session.overlap import BackchannelRule, OverlapVerdict
 from duplex_gateway.session.phases import PHASE_TRANSITIONS, Happening, Lifecycle, Phase, PhaseError
 from duplex_gateway.session.replies import MAX_SIDE_RESPONSES, Reply, ReplyBook
 from duplex_gateway.session.reply_options import reply_options
@@ -115,6 +123,10 @@ __all__ = [
 ]
 
 
+#: The gateway's backchannel rule when the host names none.
+DEFAULT_BACKCHANNELS = BackchannelRule()
+
+
 # -- the session ---------------------------------------------------------------------------------
 
 
@@ -129,7 +141,9 @@ class Session:
         defaults: SessionConfig,
         handshake: Handshake,
         new_id: Callable[[str], str] | None = None,
+        backchannels: BackchannelRule = DEFAULT_BACKCHANNELS,
     ) -> None:
+        """``backchannels``: how caller speech over a reply is judged, unless the session says otherwise."""
         self.session_id = session_id
         self.capabilities = capabilities
         self.handshake = handshake
@@ -149,6 +163,13 @@ class Session:
         #: The time of the input being handled (the ``now`` the I/O layer passed in).
         self._clock: float | None = None
         self._app = AppContext(self._conversation)
+        self._backchannels = Backchannels(
+            backchannels,
+            self._turns,
+            self._replies,
+            start_turn=self._speech_started,
+            replay=lambda event: self._engine_dispatch(event, self._clock),
+        )
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -233,9 +254,12 @@ class Session:
             return []
         self._clock = now
         try:
-            return self._dispatch(command, now)
+            outputs = self._dispatch(command, now)
         except ProtocolError as exc:
-            return [self._error(exc.with_event_id(command.event_id))]
+            outputs = [self._error(exc.with_event_id(command.event_id))]
+        if self._backchannels.holding:
+            outputs.extend(self._backchannels.lapsed())
+        return outputs
 
     def _dispatch(self, command: cmd.Command, now: float) -> list[Output]:
         if isinstance(command, cmd.SessionClose):
@@ -463,16 +487,34 @@ class Session:
         outputs.extend(
             turns.take_audio(pcm, duration_ms, is_speech=is_speech, hints=hints, video_frames=video_frames)
         )
-        for decision in turns.decisions(windows):
-            if isinstance(decision, SpeechStart) and not turns.speaking:
-                outputs.extend(self._speech_started(decision.audio_start_ms))
-            elif isinstance(decision, SpeechPause) and turns.speaking:
-                outputs.append(CallerPaused())
-            elif isinstance(decision, SpeechCandidate) and (assess := turns.assess(decision)) is not None:
-                outputs.append(assess)
-            elif isinstance(decision, SpeechStop) and turns.speaking:
-                outputs.extend(self._speech_stopped(decision.audio_end_ms))
+        held = self._backchannels
+        if held.holding:
+            outputs.extend(held.lapsed())
+        for window in windows:
+            # One window at a time: a hold started by one window judges the next.
+            for decision in turns.decisions((window,)):
+                outputs.extend(self._turn_event(decision))
+            if held.holding:
+                outputs.extend(held.feed(*window))
         return outputs
+
+    def _turn_event(self, decision: TurnEvent) -> list[Output]:
+        turns = self._turns
+        held = self._backchannels
+        if isinstance(decision, SpeechStart) and not turns.speaking and not held.holding:
+            # Over a reply the speech may be a backchannel: the reply is held while it is judged.
+            if self.gateway_vad and (hold := held.caller_started(decision, self.config, now=self._clock)):
+                return hold
+            return self._speech_started(decision.audio_start_ms)
+        if isinstance(decision, SpeechPause) and turns.speaking:
+            return [CallerPaused()]
+        if isinstance(decision, SpeechCandidate) and (assess := turns.assess(decision)) is not None:
+            return [assess]
+        if isinstance(decision, SpeechStop) and turns.speaking:
+            return self._speech_stopped(decision.audio_end_ms)
+        if isinstance(decision, SpeechStop) and held.holding:
+            return held.decide(OverlapVerdict.BACKCHANNEL)  # the silence ran out first
+        return []
 
     def turn_assessed(
         self, call: AssessTurn, probability: float | None, model_ms: float = 0.0
@@ -557,13 +599,16 @@ class Session:
     @property
     def next_timer(self) -> float | None:
         """When :meth:`tick` next has work to do (the clock of :meth:`receive`), or None."""
-        due = [t for t in (self._turns.idle_deadline, self._turns.judged_end_at) if t is not None]
+        timers = (self._turns.idle_deadline, self._turns.judged_end_at, self._backchannels.deadline)
+        due = [t for t in timers if t is not None]
         return None if self.closed or not due else min(due)
 
     def tick(self, now: float) -> list[Output]:
         """Time has passed: fire what :attr:`next_timer` announced, if it is due."""
         self._clock = now
         turns = self._turns
+        if not self.closed and (decided := self._backchannels.expire(now)):
+            return decided
         if not self.closed and (stop := turns.judged_end_due(now)) is not None:
             return self._speech_stopped(stop.audio_end_ms)
         deadline = turns.idle_deadline
@@ -593,6 +638,10 @@ class Session:
             return []
         if now is not None:
             self._clock = now
+        held = self._backchannels.keep(event)  # a held reply's output waits for the verdict
+        return held if held is not None else self._engine_dispatch(event, now)
+
+    def _engine_dispatch(self, event: port.EngineEvent, now: float | None) -> list[Output]:
         handler = self._engine_handlers.get(type(event))
         return handler(self, event, now) if handler is not None else []
 
@@ -604,14 +653,6 @@ class Session:
             requested_at=self._clock,
             may_call=self._settings.replies_may_call,
         )
-
-    def _on_timings(self, event: port.EngineTimings, now: float | None) -> list[Output]:
-        return self._replies.timings(event)
-
-    def _on_function_call(
-        self, event: port.EngineFunctionCallDelta | port.EngineFunctionCall, now: float | None
-    ) -> list[Output]:
-        return self._replies.function_call(event)
 
     def _on_reply_output(
         self, event: port.EngineAudio | port.EngineTranscript | port.EngineText, now: float | None
@@ -636,21 +677,6 @@ class Session:
     def _on_speech_started(self, event: port.EngineSpeechStarted, now: float | None) -> list[Output]:
         return [] if self._turns.speaking else self._speech_started(event.audio_start_ms, event.item_id)
 
-    def _on_speech_stopped(self, event: port.EngineSpeechStopped, now: float | None) -> list[Output]:
-        return self._turns.stopped_by_engine(event)
-
-    def _on_turn_committed(self, event: port.EngineTurnCommitted, now: float | None) -> list[Output]:
-        return self._turns.committed_by_engine(event)
-
-    def _on_listen(self, event: port.EngineListen, now: float | None) -> list[Output]:
-        return [ev.ResponseListen(response_id=event.response_id, reason=event.reason)]
-
-    def _on_speak(self, event: port.EngineSpeak, now: float | None) -> list[Output]:
-        return [self._replies.speaking(event)]
-
-    def _on_overlap_decision(self, event: port.EngineOverlapDecision, now: float | None) -> list[Output]:
-        return [ev.OverlapDecision(policy=event.policy, action=event.action, reason=event.reason)]
-
     def _on_input_transcript(self, event: port.EngineInputTranscript, now: float | None) -> list[Output]:
         return self._turns.caller_words(event, tell_client=self.transcribes_input)
 
@@ -666,9 +692,6 @@ class Session:
         if event.fatal:
             outputs.extend(self._close("engine_error", CloseCode.ENGINE_FAILED))
         return outputs
-
-    def _on_engine_closed(self, event: port.EngineClosed, now: float | None) -> list[Output]:
-        return self._close(event.reason, CloseCode.ENGINE_FAILED, engine_gone=True)
 
     _engine_handlers: ClassVar[
         dict[type[port.EngineEvent], Callable[[Session, Any, float | None], list[Output]]]
@@ -693,11 +716,7 @@ class Session:
         """The transport ended the session (idle, too long, slow reader): say why, then close."""
         if self.closed:
             return []
-        error_code = {
-            CloseCode.IDLE_TIMEOUT: ErrorCode.IDLE_TIMEOUT,
-            CloseCode.MAX_DURATION: ErrorCode.SESSION_EXPIRED,
-            CloseCode.SLOW_CONSUMER: ErrorCode.SLOW_CONSUMER,
-        }.get(code, ErrorCode.INTERNAL_ERROR)
+        error_code = _EXPIRY_ERRORS.get(code, ErrorCode.INTERNAL_ERROR)
         if error_code in OPENAI_MESSAGES:  # OpenAI's words first, ``message`` after them
             message = openai_message(error_code, message)
         return [ev.ErrorEvent(code=error_code, message=message), *self._close(reason, code)]
@@ -705,6 +724,14 @@ class Session:
     @staticmethod
     def _error(exc: ProtocolError) -> ev.ErrorEvent:
         return ev.ErrorEvent(code=exc.code, message=exc.message, event_id=exc.event_id, param=exc.param)
+
+
+#: The error a client is told when the transport ends its session for a reason of its own.
+_EXPIRY_ERRORS = {
+    CloseCode.IDLE_TIMEOUT: ErrorCode.IDLE_TIMEOUT,
+    CloseCode.MAX_DURATION: ErrorCode.SESSION_EXPIRED,
+    CloseCode.SLOW_CONSUMER: ErrorCode.SLOW_CONSUMER,
+}
 
 
 Session._handlers = {
@@ -730,21 +757,25 @@ Session._handlers = {
 
 Session._engine_handlers = {
     port.EngineResponseStarted: Session._on_response_started,
-    port.EngineTimings: Session._on_timings,
-    port.EngineFunctionCallDelta: Session._on_function_call,
-    port.EngineFunctionCall: Session._on_function_call,
+    # Events one part of the session answers alone:
+    port.EngineTimings: lambda s, e, now: s._replies.timings(e),
+    port.EngineFunctionCallDelta: lambda s, e, now: s._replies.function_call(e),
+    port.EngineFunctionCall: lambda s, e, now: s._replies.function_call(e),
+    port.EngineSpeechStopped: lambda s, e, now: s._turns.stopped_by_engine(e),
+    port.EngineTurnCommitted: lambda s, e, now: s._turns.committed_by_engine(e),
+    port.EngineSpeak: lambda s, e, now: [s._replies.speaking(e)],
+    port.EngineListen: lambda s, e, now: [ev.ResponseListen(response_id=e.response_id, reason=e.reason)],
+    port.EngineOverlapDecision: lambda s, e, now: [
+        ev.OverlapDecision(policy=e.policy, action=e.action, reason=e.reason)
+    ],
+    port.EngineClosed: lambda s, e, now: s._close(e.reason, CloseCode.ENGINE_FAILED, engine_gone=True),
+    # Events the session decides on:
     port.EngineAudio: Session._on_reply_output,
     port.EngineTranscript: Session._on_reply_output,
     port.EngineText: Session._on_reply_output,
     port.EngineResponseDone: Session._on_response_done,
     port.EngineSpeechStarted: Session._on_speech_started,
-    port.EngineSpeechStopped: Session._on_speech_stopped,
-    port.EngineTurnCommitted: Session._on_turn_committed,
-    port.EngineListen: Session._on_listen,
-    port.EngineSpeak: Session._on_speak,
-    port.EngineOverlapDecision: Session._on_overlap_decision,
     port.EngineInputTranscript: Session._on_input_transcript,
     port.EngineInputTranscriptFailed: Session._on_input_transcript_failed,
     port.EngineError: Session._on_engine_error,
-    port.EngineClosed: Session._on_engine_closed,
 }

@@ -71,6 +71,8 @@ class TurnTracker:
         #: semantic_vad: when (the session's clock) a judged silence ends the turn if no audio says
         #: otherwise first: a client that stops streaming after its words must not wait forever.
         self._judged_end: tuple[float, SpeechCandidate] | None = None
+        #: Speech over a held reply, not yet a turn: the ring keeps the audio from here.
+        self._held_from_ms: float | None = None
 
     def _make_detector(self) -> TurnDetector | None:
         td = self._turn_detection
@@ -99,6 +101,17 @@ class TurnTracker:
     def stopped_item_id(self) -> str | None:
         """The turn the engine found the end of and has not committed yet."""
         return self._stopped_item_id
+
+    @property
+    def holding(self) -> bool:
+        """Speech over a held reply is being judged (its audio kept, not yet a turn)."""
+        return self._held_from_ms is not None
+
+    @property
+    def vad_thresholds(self) -> tuple[float, float] | None:
+        """The gateway detector's speech threshold and quiet threshold (None: it finds no turns)."""
+        d = self._detector
+        return None if d is None else (d.threshold, d.neg_threshold)
 
     @property
     def input_ms(self) -> float:
@@ -135,6 +148,9 @@ class TurnTracker:
             if pcm:
                 self._ring.append((start_ms, self._input_ms, pcm))
             horizon = self._input_ms - self._ring_capacity_ms()
+            if self._held_from_ms is not None:
+                # Speech over a held reply may yet be a turn: keep it from its prefix padding.
+                horizon = min(horizon, self._held_from_ms)
             while self._ring and self._ring[0][1] < horizon:
                 self._ring.popleft()
             return []
@@ -211,6 +227,7 @@ class TurnTracker:
         self._buffered_ms = 0.0
         self._buffered_text = False
         self._ring.clear()
+        self._held_from_ms = None
         self._held_frames = ()  # the pictures of the input dropped
         self.end_speech()
 
@@ -221,6 +238,16 @@ class TurnTracker:
         self._idle_deadline = None
         self._speech_item_id = item_id
 
+    def hold_speech(self, audio_start_ms: int) -> None:
+        """Speech over a reply is being judged: keep its audio (from ``audio_start_ms``) in the ring."""
+        self._held_from_ms = float(audio_start_ms)
+
+    def dismiss_speech(self, end_ms: int) -> None:
+        """The speech being judged was a backchannel, not a turn: the detector is back to silence."""
+        self._held_from_ms = None
+        if self._detector is not None:
+            self._detector.dismiss(end_ms)
+
     def release_ring(self, audio_start_ms: int) -> list[AppendAudio]:
         """The turn starts at its prefix padding: what the ring holds from there on, for the engine."""
         appends: list[AppendAudio] = []
@@ -229,6 +256,7 @@ class TurnTracker:
                 self._buffered_ms += chunk_end - chunk_start
                 appends.append(self.append(pcm))
         self._ring.clear()
+        self._held_from_ms = None
         return appends
 
     def end_speech(self) -> None:

@@ -410,12 +410,21 @@ class ResponseSpeak(ServerEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OverlapDecision(ServerEvent):
-    """vLLM-Omni extension: what the engine's overlap policy did when the caller spoke over a reply."""
+    """vLLM-Omni extension: what an overlap policy did when the caller spoke over a reply.
+
+    The engine's own (vLLM-Omni's models), or the gateway's backchannel policy: ``pause`` (the
+    reply is held while the speech is judged), then ``resume`` (a backchannel) or ``barge_in``
+    (an interruption); the gateway's name the reply and the caller's speech over it.
+    """
 
     type: ClassVar[str] = "overlap.decision"
     policy: str | None = None
     action: str | None = None
     reason: str | None = None
+    response_id: str | None = None
+    #: Where the caller's speech over the reply began, and (once decided) where it ended.
+    audio_start_ms: int | None = None
+    audio_end_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
