@@ -67,7 +67,8 @@ def backchannel_rule(config: SessionConfig, default: BackchannelRule) -> Backcha
     """The rule a session holds replies by, or None when every speech start interrupts.
 
     The session's own ``overlap_policy`` / ``overlap_barge_in_ms`` (vLLM-Omni's fields) win over
-    the gateway's default; ``auto`` means ``backchannel`` under ``semantic_vad`` only.
+    the gateway's default; ``auto`` means ``backchannel`` under ``semantic_vad``, or where the
+    dialect asks for it (:attr:`SessionConfig.hold_for_backchannels`: the Live API).
     """
     td = config.turn_detection
     if td is None or not td.interrupt_response:
@@ -77,11 +78,9 @@ def backchannel_rule(config: SessionConfig, default: BackchannelRule) -> Backcha
     except ValueError:
         policy = default.policy  # a vLLM-Omni policy the gateway does not run (listen_only, ...)
     if policy is OverlapPolicy.AUTO:
-        policy = (
-            OverlapPolicy.BACKCHANNEL
-            if td.mode is TurnDetectionMode.SEMANTIC_VAD
-            else OverlapPolicy.BARGE_IN_ON_SPEECH
-        )
+        semantic = td.mode is TurnDetectionMode.SEMANTIC_VAD
+        backchannels = semantic or config.hold_for_backchannels
+        policy = OverlapPolicy.BACKCHANNEL if backchannels else OverlapPolicy.BARGE_IN_ON_SPEECH
     if policy is OverlapPolicy.BARGE_IN_ON_SPEECH:
         return None
     barge_in_ms = config.overlap_barge_in_ms

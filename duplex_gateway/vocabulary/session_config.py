@@ -219,6 +219,10 @@ class SessionConfig:
     #: ``max_output_tokens`` / ``max_tokens``; None: no limit (``"inf"``).
     max_output_tokens: int | None = None
     overlap_policy: str | None = None
+    #: The dialect's own ask, never sent to an engine: caller speech over a reply is judged as a
+    #: backchannel or an interruption whatever the turn detection (the Live API, whose model
+    #: decides when the caller has barged in).
+    hold_for_backchannels: bool = False
     overlap_short_ack_ms: float | None = None
     overlap_barge_in_ms: float | None = None
     overlap_silence_rms: float | None = None
@@ -265,6 +269,7 @@ class SessionPatch:
     temperature: float | None | _Unset = UNSET
     max_output_tokens: int | None | _Unset = UNSET
     overlap_policy: str | None | _Unset = UNSET
+    hold_for_backchannels: bool | _Unset = UNSET
     overlap_short_ack_ms: float | None | _Unset = UNSET
     overlap_barge_in_ms: float | None | _Unset = UNSET
     overlap_silence_rms: float | None | _Unset = UNSET

@@ -106,3 +106,12 @@ def test_a_rule_needs_positive_lengths() -> None:
     with pytest.raises(ValueError):
         BackchannelRule(barge_in_ms=0)
     assert OverlapPolicy("backchannel") is OverlapPolicy.BACKCHANNEL
+
+
+def test_a_dialect_may_ask_for_backchannels_under_server_vad() -> None:
+    live = SessionConfig(turn_detection=SERVER, hold_for_backchannels=True)
+    assert backchannel_rule(live, RULE) == RULE
+    told = SessionConfig(
+        turn_detection=SERVER, hold_for_backchannels=True, overlap_policy="barge_in_on_speech"
+    )
+    assert backchannel_rule(told, RULE) is None
