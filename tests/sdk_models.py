@@ -30,6 +30,8 @@ EXTENSION_EVENTS = frozenset(
         "session.resync_required",
         # The gateway's latency breakdown, sent only to a client that asked (``session.include``).
         "turn.latency",
+        # vLLM-Omni's overlap policy decisions: to duplex clients, and to clients that asked.
+        "overlap.decision",
         # The gateway's drain warning: to duplex clients, and to clients that asked (``session.include``).
         "session.closing",
         # The gateway's word that the engine does not use some input (camera frames, pictures),

@@ -169,7 +169,8 @@ _GA_ONLY = frozenset(
 )
 #: vLLM-Omni events sent unasked, so only to clients of its duplex handshake: a plain
 #: Realtime client knows no such type (strict ones report an error for it).
-_DUPLEX_ONLY = frozenset({"session.closed", "response.listen", "response.speak", "overlap.decision"})
+#: (``overlap.decision`` is the session's to hold back: a Realtime client may ask for it.)
+_DUPLEX_ONLY = frozenset({"session.closed", "response.listen", "response.speak"})
 
 
 def render_server_event(

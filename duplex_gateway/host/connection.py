@@ -54,7 +54,6 @@ from duplex_gateway.ops.metrics import GatewayMetrics
 from duplex_gateway.ops.recording import NO_RECORDER, Recorder
 from duplex_gateway.ops.session_stats import SessionStats, describe
 from duplex_gateway.session.engine_calls import AssessTurn
-from duplex_gateway.session.overlap import BackchannelRule, OverlapPolicy
 from duplex_gateway.session.machine import (
     AcknowledgeEvents,
     AppendAudio,
@@ -69,6 +68,7 @@ from duplex_gateway.session.machine import (
     Session,
     UpdateEngine,
 )
+from duplex_gateway.session.overlap import BackchannelRule, OverlapPolicy
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.commands import SessionClose, SessionResume
 from duplex_gateway.vocabulary.errors import ProtocolError

@@ -40,14 +40,17 @@ class Backchannels:
         *,
         start_turn: Callable[[int], list[Output]],
         replay: Callable[[port.EngineEvent], list[Output]],
+        tell: Callable[[], bool],
     ) -> None:
         """``start_turn(audio_start_ms)`` starts the caller's turn (and cuts an active reply);
-        ``replay`` hands a held engine event to the session as if it came now."""
+        ``replay`` hands a held engine event to the session as if it came now; ``tell()`` says
+        whether the client gets ``overlap.decision`` events."""
         self.default = default
         self._turns = turns
         self._replies = replies
         self._start_turn = start_turn
         self._replay = replay
+        self._tell = tell
         self._hold: OverlapHold | None = None
         self._held: list[port.EngineEvent] = []
 
@@ -80,15 +83,14 @@ class Backchannels:
             deadline=None if now is None else now + rule.max_hold_ms / 1000.0,
         )
         self._turns.hold_speech(start.audio_start_ms)
-        outputs: list[Output] = [
-            ev.OverlapDecision(
-                policy=rule.policy.value,
-                action="pause",
-                reason="overlap_speech",
-                response_id=response_id,
-                audio_start_ms=onset,
-            )
-        ]
+        pause = ev.OverlapDecision(
+            policy=rule.policy.value,
+            action="pause",
+            reason="overlap_speech",
+            response_id=response_id,
+            audio_start_ms=onset,
+        )
+        outputs: list[Output] = [pause] if self._tell() else []
         verdict = hold.start(onset if start.detected_ms is None else start.detected_ms)
         if verdict is not None:
             outputs.extend(self.decide(verdict))
@@ -136,16 +138,15 @@ class Backchannels:
         if hold is None:
             return []
         interrupted = verdict is OverlapVerdict.INTERRUPTION
-        outputs: list[Output] = [
-            ev.OverlapDecision(
-                policy=hold.rule.policy.value,
-                action="barge_in" if interrupted else "resume",
-                reason=reason or ("long_overlap_speech" if interrupted else "short_ack"),
-                response_id=hold.response_id,
-                audio_start_ms=hold.onset_ms,
-                audio_end_ms=hold.speech_end_ms,
-            )
-        ]
+        decision = ev.OverlapDecision(
+            policy=hold.rule.policy.value,
+            action="barge_in" if interrupted else "resume",
+            reason=reason or ("long_overlap_speech" if interrupted else "short_ack"),
+            response_id=hold.response_id,
+            audio_start_ms=hold.onset_ms,
+            audio_end_ms=hold.speech_end_ms,
+        )
+        outputs: list[Output] = [decision] if self._tell() else []
         if interrupted:
             # The turn starts where the speech began; the reply is cut where it was held.
             outputs.extend(self._start_turn(hold.audio_start_ms))

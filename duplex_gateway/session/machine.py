@@ -169,6 +169,7 @@ class Session:
             self._replies,
             start_turn=self._speech_started,
             replay=lambda event: self._engine_dispatch(event, self._clock),
+            tell=lambda: self._settings.tells_overlaps,
         )
 
     # -- lifecycle ----------------------------------------------------------------
@@ -503,7 +504,8 @@ class Session:
         held = self._backchannels
         if isinstance(decision, SpeechStart) and not turns.speaking and not held.holding:
             # Over a reply the speech may be a backchannel: the reply is held while it is judged.
-            if self.gateway_vad and (hold := held.caller_started(decision, self.config, now=self._clock)):
+            hold = held.caller_started(decision, self.config, now=self._clock) if self.gateway_vad else None
+            if hold is not None:
                 return hold
             return self._speech_started(decision.audio_start_ms)
         if isinstance(decision, SpeechPause) and turns.speaking:
@@ -765,9 +767,11 @@ Session._engine_handlers = {
     port.EngineTurnCommitted: lambda s, e, now: s._turns.committed_by_engine(e),
     port.EngineSpeak: lambda s, e, now: [s._replies.speaking(e)],
     port.EngineListen: lambda s, e, now: [ev.ResponseListen(response_id=e.response_id, reason=e.reason)],
-    port.EngineOverlapDecision: lambda s, e, now: [
-        ev.OverlapDecision(policy=e.policy, action=e.action, reason=e.reason)
-    ],
+    port.EngineOverlapDecision: lambda s, e, now: (
+        [ev.OverlapDecision(policy=e.policy, action=e.action, reason=e.reason)]
+        if s._settings.tells_overlaps
+        else []
+    ),
     port.EngineClosed: lambda s, e, now: s._close(e.reason, CloseCode.ENGINE_FAILED, engine_gone=True),
     # Events the session decides on:
     port.EngineAudio: Session._on_reply_output,

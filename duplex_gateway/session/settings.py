@@ -18,6 +18,7 @@ from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
 from duplex_gateway.vocabulary.session_config import (
     IGNORED_EVENT,
+    OVERLAP_EVENT,
     FunctionTool,
     SessionConfig,
     SessionKind,
@@ -59,6 +60,11 @@ class Settings:
     def gateway_vad(self) -> bool:
         """Whether the gateway (not the engine) finds the ends of turns."""
         return self.config.turn_detection is not None and not self.capabilities.detects_turns
+
+    @property
+    def tells_overlaps(self) -> bool:
+        """Whether the client gets ``overlap.decision`` events: vLLM-Omni's clients, or a client that asked."""
+        return self.handshake is Handshake.DUPLEX or OVERLAP_EVENT in self.config.include
 
     @property
     def transcribes_input(self) -> bool:

@@ -20,6 +20,7 @@ __all__ = [
     "IGNORED_EVENT",
     "INCLUDABLE",
     "LATENCY_EVENT",
+    "OVERLAP_EVENT",
     "UNSET",
     "VLLM_OMNI_FIELDS",
     "FunctionTool",
@@ -72,7 +73,16 @@ CLOSING_EVENT = "session.closing"
 IGNORED_EVENT = "input.ignored"
 #: What ``session.include`` may name: OpenAI's transcription log-probabilities (accepted; the
 #: engines report none) and the gateway's extension events.
-INCLUDABLE = ("item.input_audio_transcription.logprobs", LATENCY_EVENT, CLOSING_EVENT, IGNORED_EVENT)
+#: ``session.include`` value that asks for ``overlap.decision`` events (vLLM-Omni's; its duplex
+#: clients get them unasked): what happened when the caller spoke over a reply.
+OVERLAP_EVENT = "overlap.decision"
+INCLUDABLE = (
+    "item.input_audio_transcription.logprobs",
+    LATENCY_EVENT,
+    CLOSING_EVENT,
+    IGNORED_EVENT,
+    OVERLAP_EVENT,
+)
 
 
 #: ``semantic_vad.eagerness`` values, as OpenAI defines them.

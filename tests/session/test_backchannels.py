@@ -12,7 +12,12 @@ from duplex_gateway.session.overlap import BackchannelRule
 from duplex_gateway.session.settings import Handshake
 from duplex_gateway.vocabulary import commands as cmd
 from duplex_gateway.vocabulary import events as ev
-from duplex_gateway.vocabulary.session_config import SessionConfig, TurnDetection, TurnDetectionMode
+from duplex_gateway.vocabulary.session_config import (
+    OVERLAP_EVENT,
+    SessionConfig,
+    TurnDetection,
+    TurnDetectionMode,
+)
 
 CAPS = port.EngineCapabilities(name="test", input_rate=24_000, output_rate=24_000)
 RULE = BackchannelRule(barge_in_ms=400, settle_ms=250, max_hold_ms=2_000)
@@ -20,6 +25,7 @@ RULE = BackchannelRule(barge_in_ms=400, settle_ms=250, max_hold_ms=2_000)
 
 def _session(mode: TurnDetectionMode = TurnDetectionMode.SEMANTIC_VAD, **config: object) -> Session:
     td = TurnDetection(mode=mode, prefix_padding_ms=100)
+    config.setdefault("include", (OVERLAP_EVENT,))
     return Session(
         session_id="s",
         capabilities=CAPS,
@@ -195,3 +201,15 @@ def test_a_reply_that_finishes_during_a_backchannel_finishes_after_it() -> None:
     assert kinds == [ev.OverlapDecision, ev.ResponseDone]
     assert _of(out, ev.ResponseDone)[0].status == "completed"
     assert not session.response_active
+
+
+def test_a_realtime_client_that_did_not_ask_hears_no_overlap_events_and_keeps_its_reply() -> None:
+    session = _session(include=())
+    caller = Caller(session)
+    rid = _replying(session, caller)
+    out = caller.say(96, 0.95)
+    assert not _of(out, ev.OverlapDecision | ev.SpeechStarted)
+    assert _audio(session, rid, caller.now) == []
+    out = caller.say(192, 0.95) + caller.say(320, 0.01)
+    assert not _of(out, ev.OverlapDecision)
+    assert len(_of(out, ev.AudioDelta)) == 1 and session.response_active

@@ -37,6 +37,7 @@ from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.errors import CloseCode, ErrorCode
 from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 from duplex_gateway.vocabulary.session_config import (
+    OVERLAP_EVENT,
     FunctionTool,
     InputTranscription,
     SessionConfig,
@@ -1188,7 +1189,9 @@ def test_listen_and_overlap_decisions_reach_the_client() -> None:
         ev.ResponseListen(response_id=None, reason="silence_or_noise")
     ]
     decision = port.EngineOverlapDecision(policy="listen_only", action="listen", reason="short_ack")
-    assert s.engine_event(decision) == [
+    assert s.engine_event(decision) == []  # a Realtime client gets it only when it asks
+    asked = native(replace(MANUAL, auto_response=True, include=(OVERLAP_EVENT,)))
+    assert asked.engine_event(decision) == [
         ev.OverlapDecision(policy="listen_only", action="listen", reason="short_ack")
     ]
 
