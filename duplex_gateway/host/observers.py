@@ -75,7 +75,9 @@ class Observers:
         return attachment
 
     def send(self, event: ev.ServerEvent) -> None:
-        """``event`` to every observer."""
+        """``event`` to every observer (but ``overlap.decision``: strict Realtime clients know no such event)."""
+        if isinstance(event, ev.OverlapDecision):
+            return
         for attachment in list(self._watching):
             if attachment.stalled:
                 self.detach(attachment)

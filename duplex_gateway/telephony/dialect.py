@@ -148,6 +148,8 @@ class CallDialect:
             output_format=start.output_format,
             # Observers of the call read what the caller said.
             input_transcription=InputTranscription(),
+            # A caller's "mm-hm" while the assistant talks must not cost them the answer.
+            hold_for_backchannels=True,
         )
         if profile.instructions is not None:
             patch = replace(patch, instructions=profile.instructions)
@@ -181,6 +183,8 @@ class CallDialect:
             return None
         if isinstance(event, ev.SpeechStarted) and self._interrupts:
             return self._clear()
+        if isinstance(event, ev.OverlapDecision) and event.response_id is not None and playout is not None:
+            return self._overlap(event.action, playout)
         if isinstance(event, ev.OutputAudioCleared):
             return self._clear()
         if isinstance(event, ev.SessionCreated | ev.SessionUpdated):
@@ -195,6 +199,20 @@ class CallDialect:
 
     def render_unsequenced(self, event: ev.ServerEvent) -> Frame:
         raise NotImplementedError("phone calls are not resumed")
+
+    def _overlap(self, action: str | None, playout: Playout) -> Frame | None:
+        """The session holds the reply while caller speech over it is judged, then resumes or cuts it.
+
+        A hold clears the carrier's buffer at once (the caller hears no more of the reply) and
+        takes back what it had not played; a resume sends on from there, so the caller hears a
+        gap and nothing twice; a cut follows as the turn's ``speech_started``.
+        """
+        if action == "pause":
+            return self.carrier.clear() if playout.hold(self._now) else None
+        if action == "resume":
+            playout.release()
+            self._wake = True
+        return None  # a barge-in's speech_started clears what the hold kept
 
     def _clear(self) -> Frame | None:
         playout = self._playout

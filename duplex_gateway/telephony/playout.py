@@ -53,6 +53,17 @@ class Truncation:
     audio_end_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """A piece handed to the carrier and not known to be played yet."""
+
+    response_id: str
+    item_id: str
+    audio: bytes
+    mark: str | None
+    ends_at: float
+
+
 @dataclass(slots=True)
 class _Piece:
     response_id: str
@@ -78,6 +89,12 @@ class Playout:
         self.epoch = 0
         #: The carrier asked for no more audio for now (flow control).
         self.paused = False
+        #: The session holds the reply while caller speech over it is judged: nothing is sent.
+        self.holding = False
+        #: What the carrier has and may not have played yet, in order (re-queued by a hold).
+        self._unplayed: deque[_Sent] = deque()
+        #: Replies whose audio is all queued (a re-queued tail may then be short).
+        self._finished: set[str] = set()
         self._queue: deque[_Piece] = deque()
         #: When the carrier will have played everything sent so far (None: nothing is playing).
         self._ends_at: float | None = None
@@ -100,6 +117,9 @@ class Playout:
 
     def finish(self, response_id: str) -> None:
         """All of reply ``response_id``'s audio is queued: its last piece may be short."""
+        if len(self._finished) >= 16:
+            self._finished.clear()  # only the reply playing matters: a hold re-queues no other
+        self._finished.add(response_id)
         for piece in self._queue:
             if piece.response_id == response_id:
                 piece.finished = True
@@ -111,7 +131,7 @@ class Playout:
     def due(self, now: float) -> tuple[list[Outgoing], float | None]:
         """What to send at ``now``, and when to ask again (None: when more audio is queued)."""
         out: list[Outgoing] = []
-        while self._queue and not self.paused:
+        while self._queue and not self.paused and not self.holding:
             # (a microsecond of slack: at exactly the wake-up time, float rounding must not defer it again)
             if self._ends_at is not None and self._ends_at - now > self._lead_s + 1e-6:
                 return out, self._ends_at - self._lead_s
@@ -144,7 +164,60 @@ class Playout:
         if self.marks:
             name = f"{self.epoch}.{next(self._names)}"
             self._pending[name] = (piece.response_id, piece.item_id, round(self._sent_ms))
+        else:
+            while self._unplayed and self._unplayed[0].ends_at <= now:
+                self._unplayed.popleft()  # the clock says the carrier played it
+        self._unplayed.append(_Sent(piece.response_id, piece.item_id, audio, name, self._ends_at))
         return Outgoing(audio, name, self._ends_at)
+
+    # -- a hold: the reply stops where the caller is, and goes on from there ------------------------
+
+    def hold(self, now: float) -> bool:
+        """Stop the reply where the caller is: what the carrier has not played comes back to the queue.
+
+        Starts a new epoch (the carrier's buffer is to be cleared); True when the carrier had
+        audio to clear. :meth:`release` sends on from where the caller was.
+        """
+        self.holding = True
+        if self.marks:
+            unplayed = list(self._unplayed)
+        else:
+            unplayed = [sent for sent in self._unplayed if sent.ends_at > now]
+            if unplayed:  # the first is partly played: what is left of it comes back
+                first = unplayed[0]
+                left_ms = (first.ends_at - now) * 1000.0
+                keep = min(len(first.audio), self.format.byte_count(left_ms))
+                keep -= keep % self.format.encoding.bytes_per_sample
+                unplayed[0] = _Sent(
+                    first.response_id,
+                    first.item_id,
+                    first.audio[-keep:] if keep else b"",
+                    first.mark,
+                    first.ends_at,
+                )
+        self._unplayed.clear()
+        had = bool(unplayed) or bool(self._pending)
+        self.epoch += 1
+        self._pending.clear()
+        self._ends_at = None
+        for sent in reversed(unplayed):
+            if not sent.audio:
+                continue
+            self._sent_ms -= self.format.duration_ms(len(sent.audio))
+            head = self._queue[0] if self._queue else None
+            if head is not None and (head.response_id, head.item_id) == (sent.response_id, sent.item_id):
+                head.audio[:0] = sent.audio
+            else:
+                finished = sent.response_id in self._finished
+                self._queue.appendleft(
+                    _Piece(sent.response_id, sent.item_id, bytearray(sent.audio), finished)
+                )
+        self._sent_ms = max(self._sent_ms, 0.0)
+        return had
+
+    def release(self) -> None:
+        """The hold is over: the reply goes on from where it was held (:meth:`due` sends it)."""
+        self.holding = False
 
     # -- what the caller heard -----------------------------------------------------------------
 
@@ -154,6 +227,9 @@ class Playout:
             return None  # an older epoch's (echoed because of a clear), or not ours
         while self._pending:
             key, (response_id, item_id, end_ms) = self._pending.popitem(last=False)
+            while self._unplayed and self._unplayed[0].mark is not None:
+                if self._unplayed.popleft().mark == key:
+                    break  # played up to this mark
             if key == name:
                 if self._current == (response_id, item_id):
                     self._heard_ms = max(self._heard_ms, end_ms)
@@ -184,6 +260,8 @@ class Playout:
         self.epoch += 1
         self._queue.clear()
         self._pending.clear()
+        self._unplayed.clear()
+        self.holding = False
         self._ends_at = None
         self._current, self._sent_ms, self._heard_ms = None, 0.0, 0
         return cut

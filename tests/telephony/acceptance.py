@@ -4,9 +4,10 @@ A scripted call over a real socket in the carrier's own message shapes: the call
 asks for the weather report in real speech encoded as the carrier sends it; the
 reply comes back as the carrier's media and, played out as the carrier would, is
 transcribed back by the embedded recognizer. Then the caller talks over the next
-reply: the carrier's clear must follow the gateway's detection of the caller's
-speech within 50 ms (seen by a Realtime observer of the call), no media of the cut
-reply may follow it, and the reply is truncated exactly at the last mark the
+reply: the carrier's clear must come once the caller talks and at the latest 50 ms
+after the gateway announced their turn (seen by a Realtime observer of the call; the
+clear comes first, when the reply is held while the speech is judged), no media of
+the cut reply may follow it, and the reply is truncated exactly at the last mark the
 carrier had played before the clear.
 """
 
@@ -29,7 +30,7 @@ from tests.fixtures import load_speech
 from tests.telephony.phone import Phone, Wire
 from tests.wer import wer
 
-#: The gateway's detection of the caller's speech to the carrier's clear, at most.
+#: The gateway's announcement of the caller's turn to the carrier's clear, at most.
 CLEAR_WITHIN_S = 0.05
 
 
@@ -126,12 +127,15 @@ async def run_call(
         turn_two = time.monotonic()
         await phone.say(encode(caller_turn(rate, pad_after_s=0.8)))
         await phone.wait(lambda p: _played_since(p, turn_two) >= 0.8 * wire.bytes_per_second, timeout=40)
+        talked_at = time.monotonic()
         await phone.say(encode(caller_turn(rate)))
         await phone.wait(lambda p: bool(p.clears), timeout=20)
         cleared_at = phone.clears[0]
         await observer.wait(lambda e: e["type"] == "conversation.item.truncated", timeout=10)
-        detected_at = _detection_before(observer, cleared_at)
-        assert cleared_at - detected_at <= CLEAR_WITHIN_S, cleared_at - detected_at
+        # The reply is held (the carrier cleared) as soon as the caller is heard over it, before
+        # the gateway has judged the speech an interruption and announced the turn.
+        detected_at = _detection_after(observer, talked_at)
+        assert talked_at < cleared_at <= detected_at + CLEAR_WITHIN_S, (cleared_at - talked_at, detected_at)
         _, truncated = await observer.wait(lambda e: e["type"] == "conversation.item.truncated", timeout=10)
         # The truncation is the last mark the carrier played before the clear, as the gateway
         # heard of it: the last playback report of the call before the truncation ...
@@ -151,13 +155,11 @@ async def run_call(
         await phone.hang_up()
 
 
-def _detection_before(observer: Observer, cleared_at: float) -> float:
-    """When the observer heard of the caller's speech that cut the reply (the last detection by the clear)."""
-    started = [
-        at for at, _ in observer.of("input_audio_buffer.speech_started") if at <= cleared_at + CLEAR_WITHIN_S
-    ]
+def _detection_after(observer: Observer, talked_at: float) -> float:
+    """When the observer heard of the caller's turn that cut the reply (the first detection since they talked)."""
+    started = [at for at, _ in observer.of("input_audio_buffer.speech_started") if at > talked_at]
     assert started, "the gateway did not detect the caller talking over the reply"
-    return started[-1]
+    return started[0]
 
 
 def _played_since(phone: Phone, since: float) -> int:

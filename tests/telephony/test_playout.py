@@ -112,3 +112,50 @@ def test_a_new_reply_starts_its_own_count_and_flow_control_holds_audio() -> None
     assert p.due(1.0)[0] == []
     p.paused = False
     assert len(p.due(1.0)[0]) == 1
+
+
+def _ramp(n: int) -> bytes:
+    """Audio whose every byte says where it was in the reply (so a resend shows what came back)."""
+    return bytes(i % 251 for i in range(n))
+
+
+def test_a_hold_takes_back_what_the_carrier_had_not_played_and_sends_on_from_there() -> None:
+    p = playout(lead_ms=1_000)
+    reply = _ramp(1600)  # 200 ms: five 40 ms pieces
+    p.queue("r1", "i1", reply)
+    p.finish("r1")
+    out, _ = p.due(0.0)
+    assert p.played(narrow(out[1].mark, str)) == Heard("r1", "i1", 80)  # 80 ms played
+    assert p.hold(0.1)  # the carrier had three pieces to clear
+    assert p.due(0.2) == ([], None)  # nothing while held
+    stale = [o.mark for o in out[2:]]
+    assert all(p.played(narrow(name, str)) is None for name in stale)  # cleared, not played
+    p.release()
+    resent, _ = p.due(0.3)
+    assert b"".join(o.audio for o in resent) == reply[640:]  # from the pause point, nothing twice
+    assert p.played(narrow(resent[-1].mark, str)) == Heard("r1", "i1", 200)
+
+
+def test_a_hold_without_marks_goes_by_the_clock_and_an_empty_buffer_needs_no_clear() -> None:
+    p = playout(marks=False)
+    reply = _ramp(8_000)  # 1 s
+    p.queue("r1", "i1", reply)
+    out, _ = p.due(0.0)  # 120 ms sent at t=0
+    assert p.hold(0.05)
+    p.release()
+    resent, _ = p.due(0.06)
+    sent = b"".join(o.audio for o in out)
+    assert b"".join(o.audio for o in resent)[: len(sent) - 400] == sent[400:]  # from 50 ms on
+    assert p.heard_ms(0.06) == 50
+    idle = playout()
+    assert not idle.hold(0.0)
+
+
+def test_a_clear_during_a_hold_cuts_the_reply_at_the_pause_point() -> None:
+    p = playout(lead_ms=1_000)
+    p.queue("r1", "i1", _ramp(1600))
+    out, _ = p.due(0.0)
+    p.played(narrow(out[0].mark, str))
+    p.hold(0.05)
+    assert p.clear(0.5) == Truncation("r1", "i1", 40)
+    assert not p.holding and not p.pending(0.5)
