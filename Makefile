@@ -57,7 +57,9 @@ $(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed-run
 
 # The side-by-side capacity and latency comparison (a few minutes): writes docs/benchmarks.md,
 # docs/benchmarks.json and the plots. The vLLM-Omni targets run in the vLLM-Omni virtualenv,
-# built here as for `make test`. BENCH_ARGS adds options (`duplex-gateway bench --help`).
+# built here as for `make test`. BENCH_ARGS adds options (`duplex-gateway bench --help`). Its
+# turn-taking part (server_vad against semantic_vad, about 4 minutes in real time) alone, rewriting
+# only its section and results: BENCH_ARGS='--targets turn-taking --update-report'.
 BENCH_ARGS ?=
 bench: $(VENV)/.installed-bench $(OMNI_VENV)/.installed-gateway
 	HF_HUB_OFFLINE=1 $(BIN)/duplex-gateway bench --report docs/benchmarks.md --json docs/benchmarks.json \

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GOALS", "machine", "render"]
+__all__ = ["GOALS", "TURN_HEADING", "machine", "render", "replace_turn_section", "turn_section"]
 
 Result = dict[str, Any]
 
@@ -246,6 +246,141 @@ def _goals_table(data: dict[str, Any]) -> list[str]:
     return rows
 
 
+#: The turn-taking part's section: one ``##`` heading, no other inside it, so that
+#: :func:`replace_turn_section` can find where it ends.
+TURN_HEADING = "## Turn-taking: `server_vad` against `semantic_vad` (issue 23)"
+#: Where the section goes in a report that lacks it: before the first of these headings.
+_TURN_BEFORE = ("## Plots", "## Every level", "## What is measured")
+
+
+_TURN_INTRO = """\
+Two callers on one gateway with the `embedded` engine, one per mode, say the turn-taking test set
+(`tests/fixtures/turns/`) in real time, in 20 ms frames from an open microphone, each sentence after {lead_ms} ms of
+silence: first the sentences with a 0.8–1.0 s pause after a word no sentence ends on (both callers at once, replies
+off; *cut* is a turn that ended before the sentence did), then the complete sentences, the callers taking turns (one
+reply in the making at a time) after one untimed reply each. *First reply audio* is timed at the client from the
+frame holding the caller's last speech sample; the reply is then cancelled. The wait and the turn model's time are
+each reply's `turn.latency` stages `turn_detection` and `turn_model`; *the reply after them* is the rest of it (the
+engine's recognition, reply and speech)."""
+
+
+def _mode_label(mode: str, td: dict[str, Any]) -> str:
+    if "silence_duration_ms" in td:
+        return f"`{mode}` ({td['silence_duration_ms']} ms)"
+    if "eagerness" in td:
+        return f"`{mode}` ({td['eagerness']})"
+    return f"`{mode}`"
+
+
+def _spread(s: dict[str, Any], *, n: bool = False) -> str:
+    text = f"{_fmt(s['p50'], 0)} / {_fmt(s['p90'], 0)}"
+    return f"{text}, n {s['n']}" if n else text
+
+
+def turn_section(tt: dict[str, Any]) -> list[str]:
+    """The turn-taking section's lines, from the part's results (``data["turn_taking"]``)."""
+    from duplex_gateway.bench.turns import summarize_turns
+
+    summary = summarize_turns(tt)
+    modes = summary["modes"]
+    names = list(modes)
+    m = tt.get("machine", {})
+    out = [
+        TURN_HEADING,
+        "",
+        *_TURN_INTRO.format(lead_ms=tt["lead_ms"]).splitlines(),
+        "",
+        f"- **Command:** `{tt.get('command', 'duplex-gateway bench --targets turn-taking')}`",
+        (
+            f"- **Machine:** {m.get('cpu')}, {m.get('logical_cores')} logical cores "
+            f"({m.get('usable_cores')} usable); 1-minute load at the end {m.get('load_1min_at_end')}; "
+            f"{m.get('date')}; {tt.get('wall_s')} s"
+        ),
+        "",
+        "| | " + " | ".join(_mode_label(n, tt["modes"][n]) for n in names) + " | semantic / server |",
+        "|---|" + "---:|" * (len(names) + 1),
+    ]
+    ratio = summary["ratio"]
+
+    def row(what: str, cell: Callable[[dict[str, Any]], str], last: str = "") -> str:
+        return f"| {what} | " + " | ".join(cell(modes[n]) for n in names) + f" | {last} |"
+
+    out += [
+        row("paused sentences cut", lambda s: f"{len(s['paused_cut'])} of {s['paused']}"),
+        row(
+            "complete sentences: end of speech → first reply audio, p50 / p90 (ms)",
+            lambda s: _spread(s["first_audio_ms"]),
+            f"{_ratio_text(ratio['first_audio_p50'])} / {_ratio_text(ratio['first_audio_p90'])}",
+        ),
+        row(
+            "end of speech → the turn's end at the client, p50 / p90 (ms)",
+            lambda s: _spread(s["turn_end_ms"]),
+        ),
+        row("the wait the gateway chose (`turn_detection`), p50 / p90 (ms)", lambda s: _spread(s["wait_ms"])),
+        row(
+            "the turn model's time (`turn_model`), p50 / p90 (ms), n",
+            lambda s: _spread(s["turn_model_ms"], n=True) if s["turn_model_ms"]["n"] else "–",
+        ),
+        row("the reply after them, p50 / p90 (ms)", lambda s: _spread(s["engine_ms"])),
+        row(
+            "complete sentences answered (cut before their end)",
+            lambda s: (
+                f"{s['complete'] - len(s['complete_failed'])} of {s['complete']} ({len(s['complete_cut'])})"
+            ),
+        ),
+        "",
+    ]
+    for n in names:
+        s = modes[n]
+        if s["paused_cut"]:
+            out.append(f"- {_mode_label(n, tt['modes'][n])} cut: {', '.join(s['paused_cut'])}.")
+        if s["paused_unended"]:
+            out.append(
+                f"- {_mode_label(n, tt['modes'][n])}: no turn end after {', '.join(s['paused_unended'])}."
+            )
+        for sentence, why in s["complete_failed"].items():
+            out.append(f"- {_mode_label(n, tt['modes'][n])}, {sentence}: {why}.")
+    errors = {n: e for n, e in tt.get("errors", {}).items() if e}
+    for n, e in errors.items():
+        out.append(f"- **Errors** ({n}): " + ", ".join(f"{k} {v}" for k, v in sorted(e.items())) + ".")
+    lag = (tt.get("client_loop_lag_ms") or {}).get("p99")
+    out.append(
+        f"- Client: {tt.get('late_frames', 0)} of {tt.get('frames', 0)} frames sent late, "
+        f"loop lag p99 {_fmt(lag)} ms"
+        + (" ⚠client: its timings measure the client too." if (lag or 0) > 20 else ".")
+    )
+    out += ["", "| goal (issue 23) | this run | met |", "|---|---|---|"]
+    for what, text, ok in summary["goals"]:
+        out.append(f"| {what} | {text} | {'yes' if ok else 'no' if ok is not None else '–'} |")
+    return out
+
+
+def _ratio_text(value: float | None) -> str:
+    return "–" if value is None else f"**{value:.2f}**"
+
+
+def replace_turn_section(report: str, section: Sequence[str]) -> str:
+    """``report`` with its turn-taking section replaced by ``section`` (inserted where it belongs if absent)."""
+    lines = report.splitlines()
+    if TURN_HEADING in lines:
+        begin = lines.index(TURN_HEADING)
+        end = next(
+            (i for i in range(begin + 1, len(lines)) if lines[i].startswith("## ")),
+            len(lines),
+        )
+    else:
+        begin = end = next((i for i, line in enumerate(lines) if line in _TURN_BEFORE), len(lines))
+    body = [*section]
+    while body and not body[-1]:
+        body.pop()
+    if end < len(lines) or begin < len(lines):
+        body.append("")
+    if begin > 0 and lines[begin - 1]:
+        body.insert(0, "")
+    out = lines[:begin] + body + lines[end:]
+    return "\n".join(out) + ("\n" if report.endswith("\n") else "")
+
+
 def render(
     data: dict[str, Any],
     *,
@@ -275,22 +410,29 @@ def render(
     ]
     for name, reason in data.get("skipped", {}).items():
         out.append(f"- **Skipped:** `{name}`: {reason.splitlines()[0] if reason else 'unavailable'}")
-    out += ["", "## Against the peer measured in the same run", ""]
-    for t in data["targets"]:
-        if t["peer"]:
-            rows = _pair_table(data, t["name"], t["peer"])
-            if rows:
-                out += [f"### `{t['name']}` / `{t['peer']}`", "", *rows, ""]
-    out += ["## Goals of the capacity work (issue 9)", "", *_goals_table(data), ""]
+    out.append("")
+    # A run of the turn-taking part alone has no capacity results: none of their sections.
+    capacity = bool(data["targets"])
+    if capacity:
+        out += ["## Against the peer measured in the same run", ""]
+        for t in data["targets"]:
+            if t["peer"]:
+                rows = _pair_table(data, t["name"], t["peer"])
+                if rows:
+                    out += [f"### `{t['name']}` / `{t['peer']}`", "", *rows, ""]
+        out += ["## Goals of the capacity work (issue 9)", "", *_goals_table(data), ""]
     if analysis:
         out += [analysis.strip(), ""]
+    if data.get("turn_taking"):
+        out += [*turn_section(data["turn_taking"]), ""]
     if plots:
         out += ["## Plots", ""]
         for p in plots:
             link = os.path.relpath(p, relative_to) if relative_to is not None else str(p)
             out.append(f"![{p.stem}]({link})")
             out.append("")
-    out += ["## Every level", ""]
+    if capacity:
+        out += ["## Every level", ""]
     for name, t in titles.items():
         results = [r for r in data["results"] if r["target"] == name]
         if not results:
@@ -308,10 +450,13 @@ def render(
             *_detail_table(results),
             "",
         ]
-    out += [
-        _EXPLAINED.format(turn_ms=data["options"]["turn_ms"], barge=int(data["options"]["barge_in"] * 100))
-    ]
-    return "\n".join(out)
+    if capacity:
+        out += [
+            _EXPLAINED.format(
+                turn_ms=data["options"]["turn_ms"], barge=int(data["options"]["barge_in"] * 100)
+            )
+        ]
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 _EXPLAINED = """## What is measured

@@ -42,6 +42,8 @@ class RunOptions:
     speech: Path | None = None
     seed: int = 1
     progress: bool = True
+    #: The turn-taking part: the first this many sentences of each kind (None: all).
+    turn_sentences: int | None = None
 
 
 class Progress:
@@ -210,8 +212,10 @@ def _one_line(r: dict[str, Any]) -> str:
     )
 
 
-async def run_all(targets: Sequence[Target], options: RunOptions) -> dict[str, Any]:
-    """Every target at every level; what :mod:`duplex_gateway.bench.report` renders."""
+async def run_all(
+    targets: Sequence[Target], options: RunOptions, *, turn_taking: bool = False
+) -> dict[str, Any]:
+    """Every target at every level, then the turn-taking part if asked; what :mod:`duplex_gateway.bench.report` renders."""
     progress = Progress(options.progress)
     results: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
@@ -242,6 +246,9 @@ async def run_all(targets: Sequence[Target], options: RunOptions) -> dict[str, A
                 progress.note(f"[bench] {target.name}: skipped: {reason.splitlines()[0]}")
                 with contextlib.suppress(Exception):
                     progress.note("\n".join(reason.splitlines()[1:][-10:]))
+        turns: dict[str, Any] | None = None
+        if turn_taking:
+            turns = await _turn_taking(Path(tmp), options, progress, skipped)
     return {
         "targets": [
             {
@@ -264,5 +271,29 @@ async def run_all(targets: Sequence[Target], options: RunOptions) -> dict[str, A
             "barge_in": options.barge_in,
             "audio": options.audio,
             "seed": options.seed,
+            "turn_sentences": options.turn_sentences,
         },
+        **({"turn_taking": turns} if turns is not None else {}),
     }
+
+
+async def _turn_taking(
+    workdir: Path, options: RunOptions, progress: Progress, skipped: dict[str, str]
+) -> dict[str, Any] | None:
+    from duplex_gateway.bench import turns
+
+    progress.line(f"[bench] {turns.TURN_TAKING}: starting")
+    try:
+        data = await turns.measure(workdir, limit=options.turn_sentences, progress=progress.line)
+    except TargetUnavailable as exc:
+        reason = str(exc).strip()
+        skipped[turns.TURN_TAKING] = reason
+        progress.note(f"[bench] {turns.TURN_TAKING}: skipped: {reason.splitlines()[0]}")
+        return None
+    summary = turns.summarize_turns(data)
+    for mode, s in summary["modes"].items():
+        progress.note(
+            f"[bench] {turns.TURN_TAKING} {mode}: paused cut {len(s['paused_cut'])}/{s['paused']}, "
+            f"first reply audio p50 {s['first_audio_ms']['p50']} p90 {s['first_audio_ms']['p90']} ms"
+        )
+    return data
