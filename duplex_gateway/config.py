@@ -282,9 +282,9 @@ class BackchannelSettings(_Section):
     #: under ``server_vad``; ``backchannel`` under both; ``barge_in_on_speech`` under neither.
     policy: Literal["auto", "backchannel", "barge_in_on_speech"] = "auto"
     #: Voiced speech over a held reply, from its onset, that makes it an interruption.
-    barge_in_ms: int = Field(400, ge=50, le=5_000)
+    barge_in_ms: int = Field(550, ge=50, le=5_000)
     #: Quiet after shorter speech that makes it a backchannel: the reply resumes.
-    settle_ms: int = Field(250, ge=50, le=5_000)
+    settle_ms: int = Field(400, ge=50, le=5_000)
     #: The longest a reply is held by the clock, should the caller's audio stop coming.
     max_hold_ms: int = Field(2_000, ge=100, le=30_000)
 

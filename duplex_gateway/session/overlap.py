@@ -49,12 +49,14 @@ class BackchannelRule:
     """How long caller speech over a reply must last to interrupt it, and how long quiet resumes it."""
 
     policy: OverlapPolicy = OverlapPolicy.AUTO
-    #: Voiced speech over a held reply, from its onset, at which it is an interruption. Short
-    #: enough that a client cutting its playback at ``speech_started`` stops within 0.6 s of
-    #: the caller's first word; longer than "yeah", "okay", "right" and each half of "uh huh".
-    barge_in_ms: int = 400
-    #: Quiet after shorter speech at which it was a backchannel (the reply resumes).
-    settle_ms: int = 250
+    #: Voiced speech over a held reply, from its onset, at which it is an interruption: longer
+    #: than the VAD hears in "mm hmm", "sure thing" or "got it" (up to ~0.5 s of voice). A
+    #: client that pauses its playback at ``overlap.decision`` ``pause`` hears an interruption
+    #: stop at once; one that stops at ``speech_started`` hears it stop this much later.
+    barge_in_ms: int = 550
+    #: Quiet after shorter speech at which it was a backchannel (the reply resumes): longer than
+    #: the pause after a first word ("Wait, ...", "Stop, ..."), so an interruption is not resumed.
+    settle_ms: int = 400
     #: The longest a reply is held by the session's clock, should the caller's audio stop coming.
     max_hold_ms: int = 2_000
 
