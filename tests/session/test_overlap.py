@@ -16,9 +16,11 @@ from duplex_gateway.vocabulary.session_config import SessionConfig, TurnDetectio
 SEMANTIC = TurnDetection(mode=TurnDetectionMode.SEMANTIC_VAD)
 SERVER = TurnDetection()
 RULE = BackchannelRule()
+#: Lengths the window arithmetic below is written for.
+SHORT = BackchannelRule(barge_in_ms=400, settle_ms=250)
 
 
-def _hold(rule: BackchannelRule = RULE, onset_ms: int = 1000) -> OverlapHold:
+def _hold(rule: BackchannelRule = SHORT, onset_ms: int = 1000) -> OverlapHold:
     return OverlapHold(
         rule=rule,
         response_id="resp_1",
@@ -73,7 +75,7 @@ def test_speech_that_goes_on_is_an_interruption_at_the_rule_s_length() -> None:
     hold.start(1064)
     verdicts = [(end, hold.feed(end, 0.9)) for end in range(1096, 1600, 32)]
     first = next(end for end, v in verdicts if v is OverlapVerdict.INTERRUPTION)
-    assert first - 1000 == pytest.approx(RULE.barge_in_ms, abs=32)
+    assert first - 1000 == pytest.approx(SHORT.barge_in_ms, abs=32)
 
 
 def test_a_short_gap_inside_speech_neither_resumes_nor_resets_it() -> None:
@@ -99,7 +101,7 @@ def test_an_expired_hold_is_decided_by_the_last_windows() -> None:
 
 
 def test_speech_confirmed_late_may_already_be_an_interruption() -> None:
-    assert _hold().start(1000 + RULE.barge_in_ms) is OverlapVerdict.INTERRUPTION
+    assert _hold().start(1000 + SHORT.barge_in_ms) is OverlapVerdict.INTERRUPTION
 
 
 def test_a_rule_needs_positive_lengths() -> None:
