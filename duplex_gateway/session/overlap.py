@@ -70,7 +70,7 @@ def backchannel_rule(config: SessionConfig, default: BackchannelRule) -> Backcha
 
     The session's own ``overlap_policy`` / ``overlap_barge_in_ms`` (vLLM-Omni's fields) win over
     the gateway's default; ``auto`` means ``backchannel`` under ``semantic_vad``, or where the
-    dialect asks for it (:attr:`SessionConfig.hold_for_backchannels`: the Live API).
+    dialect asks for it (:attr:`SessionConfig.hold_for_backchannels`: phone calls).
     """
     td = config.turn_detection
     if td is None or not td.interrupt_response:

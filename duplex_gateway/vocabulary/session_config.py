@@ -230,8 +230,8 @@ class SessionConfig:
     max_output_tokens: int | None = None
     overlap_policy: str | None = None
     #: The dialect's own ask, never sent to an engine: caller speech over a reply is judged as a
-    #: backchannel or an interruption whatever the turn detection (the Live API, whose model
-    #: decides when the caller has barged in).
+    #: backchannel or an interruption whatever the turn detection (phone calls: a caller's
+    #: "mm-hm" must not cost them the answer).
     hold_for_backchannels: bool = False
     overlap_short_ack_ms: float | None = None
     overlap_barge_in_ms: float | None = None
