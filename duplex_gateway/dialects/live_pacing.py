@@ -65,6 +65,8 @@ class LivePlayout:
         #: The reply whose audio went out last, and how much of it went (ms).
         self._current: tuple[str, str] | None = None
         self._sent_ms = 0.0
+        #: Sending is held while caller speech over the reply is judged (a backchannel, or a barge-in).
+        self._held = False
 
     def queue(self, response_id: str, item_id: str, audio: bytes) -> None:
         """Reply audio (in the session's output format) to play after what is queued."""
@@ -76,7 +78,7 @@ class LivePlayout:
     def due(self, now: float) -> tuple[list[tuple[str, bytes]], float | None]:
         """The audio to send at ``now`` (each with its reply's id), and when to ask again (None: on more audio)."""
         out: list[tuple[str, bytes]] = []
-        while self._queue:
+        while self._queue and not self._held:
             # (a microsecond of slack, so float rounding at the wake-up time does not defer it again)
             if self._ends_at is not None and self._ends_at - now > self._lead_s + 1e-6:
                 return out, self._ends_at - self._lead_s
@@ -100,6 +102,23 @@ class LivePlayout:
             self._ends_at = start + duration_ms / 1000.0
             out.append((response_id, take))
         return out, None
+
+    @property
+    def held(self) -> bool:
+        """Sending is held (:meth:`hold`) until :meth:`release`."""
+        return self._held
+
+    def hold(self) -> None:
+        """Send no more until :meth:`release`: the caller hears only the lead already sent.
+
+        What is queued stays queued, so a backchannel's resume goes on where the reply paused
+        (a short gap, nothing lost, nothing twice), and a cut measures what was heard before it.
+        """
+        self._held = True
+
+    def release(self) -> None:
+        """Send again from where :meth:`hold` stopped (the next :meth:`due` starts the clock anew)."""
+        self._held = False
 
     def heard(self, now: float) -> Heard | None:
         """How much of the reply playing (or played last) the caller has heard by ``now``."""
@@ -125,6 +144,7 @@ class LivePlayout:
         self._queue.clear()
         self._ends_at = None
         self._current, self._sent_ms = None, 0.0
+        self._held = False
         return cut
 
 
@@ -197,6 +217,8 @@ class PacedLiveDialect(LiveDialect):
             self._barge_in = td is not None and td.interrupt_response
         elif isinstance(event, ev.SpeechStarted) and self._barge_in and self._made_reply_playing():
             self._cut()
+        elif isinstance(event, ev.OverlapDecision) and self._playout is not None:
+            self._overlap(event.action, self._playout)
         frame = super().render(event, seq=seq)
         if (
             isinstance(event, ev.SessionCreated)
@@ -208,6 +230,17 @@ class PacedLiveDialect(LiveDialect):
             if notice is not None:
                 self._own.append(notice)
         return frame
+
+    def _overlap(self, action: str | None, playout: LivePlayout) -> None:
+        """The session holds the reply while caller speech over it is judged, then resumes or cuts it.
+
+        A hold stops sending at once (the lead already sent plays out); a resume sends on from
+        where it stopped; a barge-in's cancellation then cuts the reply at what was heard.
+        """
+        if action == "pause":
+            playout.hold()
+        elif action == "resume":
+            playout.release()
 
     def _made_reply_playing(self) -> bool:
         # A reply still being made is the session's to interrupt: its cancellation cuts it here.

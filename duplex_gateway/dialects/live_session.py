@@ -178,6 +178,8 @@ class LiveSetup:
             # (vLLM-Omni's auto_response); for the others the gateway's turn detection answers
             # each turn and a caller who speaks over a reply stops it.
             turn_detection=TurnDetection(create_response=True, interrupt_response=True),
+            # ... unless it was a backchannel ("mm-hm"): the reply is held while that is judged.
+            hold_for_backchannels=True,
             auto_response=True,
             **changes,  # type: ignore[arg-type]
         )

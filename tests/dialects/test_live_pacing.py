@@ -126,6 +126,56 @@ def test_a_reply_that_ends_by_itself_plays_to_its_end() -> None:
     assert not [c for c in dialect.take_commands() if isinstance(c, cmd.ConversationItemTruncate)]
 
 
+def _pump_until(dialect: PacedLiveDialect, now: float, until: float) -> tuple[float, float | None]:
+    """Pump as the host's timer would, up to ``until``: the audio sent (ms) and the next wake-up."""
+    sent = 0.0
+    wake: float | None = now
+    while wake is not None and wake <= until:
+        frames, wake = dialect.pump(wake)
+        sent += sum(PCM24.duration_ms(len(base64.b64decode(json.loads(f)["delta"]))) for f in frames)
+    return sent, wake
+
+
+def _decision(action: str) -> ev.OverlapDecision:
+    return ev.OverlapDecision(policy="backchannel", action=action, reason="overlap_speech", response_id="r1")
+
+
+def test_a_held_reply_sends_nothing_more_and_a_backchannel_resumes_it_where_it_paused() -> None:
+    dialect = _started()
+    dialect.tick(0.0)
+    dialect.render(ev.AudioDelta(response_id="r1", item_id="i1", audio=_ms(2000), rate=24_000), seq=2)
+    before, _ = _pump_until(dialect, 0.0, 0.5)
+    dialect.tick(0.5)
+    assert dialect.render(_decision("pause"), seq=3) is None  # the Live API has no such event
+    during, wake = _pump_until(dialect, 0.5, 1.5)
+    assert during == 0.0 and wake is None  # the lead already sent plays out; nothing follows it
+    dialect.tick(1.5)
+    assert dialect.render(_decision("resume"), seq=4) is None
+    after, _ = _pump_until(dialect, 1.5, 10.0)
+    # Every millisecond goes out once: the caller hears a gap, nothing lost, nothing twice.
+    assert before + during + after == pytest.approx(2000)
+    assert not [c for c in dialect.take_commands() if isinstance(c, cmd.ConversationItemTruncate)]
+
+
+def test_a_held_reply_cut_by_a_barge_in_is_truncated_at_what_was_heard_before_the_hold() -> None:
+    dialect = _started()
+    dialect.tick(0.0)
+    dialect.render(ev.AudioDelta(response_id="r1", item_id="i1", audio=_ms(2000), rate=24_000), seq=2)
+    before, _ = _pump_until(dialect, 0.0, 0.5)
+    dialect.tick(0.5)
+    dialect.render(_decision("pause"), seq=3)
+    _pump_until(dialect, 0.5, 1.1)
+    dialect.take_commands()
+    dialect.tick(1.1)
+    dialect.render(_decision("barge_in"), seq=4)
+    dialect.render(ev.ResponseDone(response_id="r1", status="cancelled", reason="turn_detected"), seq=5)
+    truncate = [c for c in dialect.take_commands() if isinstance(c, cmd.ConversationItemTruncate)]
+    # All that was sent had played by the cut, and nothing was sent after the pause.
+    assert [(t.item_id, t.audio_end_ms) for t in truncate] == [("i1", round(before))]
+    assert 500 <= before <= 500 + LEAD_MS + 40
+    assert dialect.pump(1.2) == ([], None)
+
+
 def test_the_lead_is_small() -> None:
     assert LEAD_MS <= 150  # what a caller may hear after a barge-in, beyond the detection's own delay
 

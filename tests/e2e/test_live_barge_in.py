@@ -1,6 +1,12 @@
-"""A Live caller speaking over a reply the engine made long before it plays (``echo`` at 20 times real
-time, as a model on a fast accelerator does): a real gateway stops the reply's audio within 500 ms of the
-speech's onset, with no error, and answers the turn spoken over it."""
+"""A Live caller speaking over a reply, on a real gateway.
+
+* Over a reply the engine made long before it plays (``echo`` at 20 times real time, as a model on
+  a fast accelerator does): the reply's audio stops within 500 ms of the speech's onset, with no
+  error, and the turn spoken over it is answered.
+* Over a reply the engine makes as it plays (``echo`` in real time): a backchannel ("uh huh")
+  holds the reply while it is judged and the reply then goes on where it paused (a gap, all of
+  its audio, no turn for the backchannel); an interruption stops it within 500 ms of its onset.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import itertools
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -15,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.helpers import Gateway, GatewayFactory, load_speech, ws_connect
+from tests.e2e.helpers import Gateway, GatewayFactory, encode, load_speech, ws_connect
 from tests.fixtures import SPEECH_END_MS, SPEECH_START_MS
+from tests.fixtures.overlap_set import BACKCHANNELS, INTERRUPTIONS, Overlap
 
 pytestmark = pytest.mark.e2e
 
@@ -138,3 +146,107 @@ async def test_speaking_over_a_reply_made_faster_than_it_plays_stops_it_within_5
     )
     assert played_s < (SPEECH_END_MS - SPEECH_START_MS) / 1000, played_s
     assert first < onset < second
+
+
+@pytest.fixture
+def real_time_gateway(gateway_factory: GatewayFactory) -> Gateway:
+    """``echo`` making each reply as fast as it plays: the reply is still being made while it is heard."""
+    return gateway_factory.start(
+        {"server": {"web_demo": False}, "engine": {"name": "echo"}}, name="live-echo-real-time"
+    )
+
+
+#: No reply audio for this long: the reply has ended (longer than a backchannel's hold).
+REPLY_QUIET_S = 1.5
+#: How far into the reply's audio the caller speaks over it.
+INTO_REPLY_S = 0.8
+#: A resumed reply's audio may differ from the reply alone by this much (VAD windows' alignment).
+REPLY_TOLERANCE_MS = 120
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """One reply as the Live client got it: each delta's arrival and length (ms)."""
+
+    chunks: list[tuple[float, float]]
+
+    @property
+    def audio_ms(self) -> float:
+        return sum(ms for _, ms in self.chunks)
+
+    def last_before(self, t: float) -> float:
+        return max(at for at, _ in self.chunks if at <= t)
+
+    def longest_gap(self, after: float) -> float:
+        """The longest wait between deltas from the last one before ``after`` on."""
+        times = [at for at, _ in self.chunks if at >= self.last_before(after)]
+        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+
+
+async def _reply(caller: _Caller, after: float) -> _Reply:
+    """The reply whose first audio comes after ``after``, up to its first quiet of :data:`REPLY_QUIET_S`."""
+    await caller.until("session.output_audio.delta", 30, after=after)
+    loop = asyncio.get_running_loop()
+    while True:
+        deltas = [t for t, _ in caller.of("session.output_audio.delta") if t >= after]
+        if loop.time() - deltas[-1] > REPLY_QUIET_S:
+            break
+        await asyncio.sleep(0.05)
+    chunks: list[tuple[float, float]] = []
+    for t, e in caller.of("session.output_audio.delta"):
+        if t < after:
+            continue
+        if chunks and t - chunks[-1][0] > REPLY_QUIET_S:
+            break
+        chunks.append((t, len(base64.b64decode(e["delta"])) / 2 / RATE * 1000))
+    return _Reply(chunks)
+
+
+async def _over_reply(caller: _Caller, clip: Overlap | None) -> tuple[_Reply, float | None]:
+    """Ask (the speech fixture), then say ``clip`` :data:`INTO_REPLY_S` into the reply: the reply, and the onset."""
+    asked = asyncio.get_running_loop().time()
+    caller.queued.append(load_speech(RATE))
+    first = await caller.until("session.output_audio.delta", 30, after=asked)
+    onset = None
+    if clip is not None:
+        await asyncio.sleep(INTO_REPLY_S)
+        said = len(caller.said_at)
+        caller.queued.append(encode(clip.load(RATE)))
+        while len(caller.said_at) <= said:  # the microphone takes it up at its next frame
+            await asyncio.sleep(0.005)
+        onset = caller.said_at[said]  # the clip is the speech alone: its first frame is its onset
+    return await _reply(caller, first - 0.001), onset
+
+
+async def test_a_backchannel_over_a_live_reply_pauses_it_and_it_goes_on_an_interruption_stops_it(
+    real_time_gateway: Gateway, record_property: Any
+) -> None:
+    backchannels = (BACKCHANNELS[1], next(b for b in BACKCHANNELS if b.speaker == "espeak"))
+    async with _live_session(real_time_gateway) as caller:
+        alone, _ = await _over_reply(caller, None)
+        for clip in backchannels:
+            reply, onset = await _over_reply(caller, clip)
+            assert onset is not None
+            # All of the reply reached the caller, after a gap where it was held.
+            assert abs(reply.audio_ms - alone.audio_ms) <= REPLY_TOLERANCE_MS, (clip.text, reply, alone)
+            gap = reply.longest_gap(after=onset)
+            logger.info("live backchannel %r: held %.0f ms, then resumed", clip.text, gap * 1000)
+            assert gap >= 0.15, (clip.text, gap)
+            # ... and the backchannel was no turn: nothing answered it.
+            ended = reply.chunks[-1][0]
+            await asyncio.sleep(1.0)
+            assert not [t for t, _ in caller.of("session.output_audio.delta") if t > ended], clip.text
+        interruption = INTERRUPTIONS[0]
+        reply, onset = await _over_reply(caller, interruption)
+        assert onset is not None
+        stopped = reply.last_before(onset + REPLY_QUIET_S) - onset
+        record_property("live_interruption_stop_ms", round(stopped * 1000))
+        logger.info(
+            "live interruption %r: the reply stopped %.0f ms after its onset",
+            interruption.text,
+            stopped * 1000,
+        )
+        assert stopped < BARGE_IN_BOUND_S, stopped
+        assert reply.audio_ms < alone.audio_ms - 500
+        errors = [e for _, e in caller.of("error")]
+        assert errors == [], errors
