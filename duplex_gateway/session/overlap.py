@@ -20,7 +20,7 @@ the session's timer, for a client that stops sending audio in the middle of a ho
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from duplex_gateway.vocabulary.session_config import SessionConfig, TurnDetectionMode
 
@@ -87,13 +87,9 @@ def backchannel_rule(config: SessionConfig, default: BackchannelRule) -> Backcha
         return None
     barge_in_ms = config.overlap_barge_in_ms
     if barge_in_ms is None or barge_in_ms <= 0:
-        return default
-    return BackchannelRule(
-        policy=OverlapPolicy.BACKCHANNEL,
-        barge_in_ms=int(barge_in_ms),
-        settle_ms=default.settle_ms,
-        max_hold_ms=default.max_hold_ms,
-    )
+        barge_in_ms = default.barge_in_ms
+    # The policy decided (never ``auto``): it is what overlap.decision tells the client.
+    return replace(default, policy=OverlapPolicy.BACKCHANNEL, barge_in_ms=int(barge_in_ms))
 
 
 class OverlapVerdict(enum.Enum):

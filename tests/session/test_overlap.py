@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from duplex_gateway.session.overlap import (
@@ -16,6 +18,8 @@ from duplex_gateway.vocabulary.session_config import SessionConfig, TurnDetectio
 SEMANTIC = TurnDetection(mode=TurnDetectionMode.SEMANTIC_VAD)
 SERVER = TurnDetection()
 RULE = BackchannelRule()
+#: The rule a session holds replies by under RULE: the policy decided, never ``auto``.
+HELD = replace(RULE, policy=OverlapPolicy.BACKCHANNEL)
 #: Lengths the window arithmetic below is written for.
 SHORT = BackchannelRule(barge_in_ms=400, settle_ms=250)
 
@@ -38,8 +42,14 @@ def _feed(hold: OverlapHold, start_ms: int, ms: int, prob: float) -> list[Overla
 
 
 def test_auto_holds_replies_under_semantic_vad_only() -> None:
-    assert backchannel_rule(SessionConfig(turn_detection=SEMANTIC), RULE) == RULE
+    assert backchannel_rule(SessionConfig(turn_detection=SEMANTIC), RULE) == HELD
     assert backchannel_rule(SessionConfig(turn_detection=SERVER), RULE) is None
+
+
+def test_the_rule_names_the_policy_decided_never_auto() -> None:
+    rule = backchannel_rule(SessionConfig(turn_detection=SEMANTIC), RULE)
+    assert RULE.policy is OverlapPolicy.AUTO
+    assert rule is not None and rule.policy is OverlapPolicy.BACKCHANNEL  # what overlap.decision says
 
 
 def test_the_sessions_own_policy_and_length_win() -> None:
@@ -52,7 +62,7 @@ def test_the_sessions_own_policy_and_length_win() -> None:
 
 def test_a_policy_the_gateway_does_not_run_falls_back_to_its_default() -> None:
     config = SessionConfig(turn_detection=SEMANTIC, overlap_policy="listen_only")
-    assert backchannel_rule(config, RULE) == RULE
+    assert backchannel_rule(config, RULE) == HELD
 
 
 def test_nothing_is_held_where_speech_never_interrupts() -> None:
@@ -112,7 +122,7 @@ def test_a_rule_needs_positive_lengths() -> None:
 
 def test_a_dialect_may_ask_for_backchannels_under_server_vad() -> None:
     live = SessionConfig(turn_detection=SERVER, hold_for_backchannels=True)
-    assert backchannel_rule(live, RULE) == RULE
+    assert backchannel_rule(live, RULE) == HELD
     told = SessionConfig(
         turn_detection=SERVER, hold_for_backchannels=True, overlap_policy="barge_in_on_speech"
     )
