@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import itertools
+import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
