@@ -21,6 +21,7 @@ const $ = (id) => document.getElementById(id);
 const STORAGE_KEY = 'duplex-gateway-demo';
 const IN_RATES = [8000, 16000, 24000, 48000];
 const OUT_RATES = [8000, 16000, 22050, 24000, 44100, 48000];
+const EAGERNESS = ['auto', 'low', 'medium', 'high'];
 const form = $('settings');
 
 function fillSelect(select, options, value) {
@@ -70,11 +71,22 @@ function fitRateToFormat(dir, changed = false) {
   else if (changed && rate.value === '8000') rate.value = '24000';
 }
 
-/** Push-to-talk has no VAD: its fields are disabled, not just greyed. */
+/**
+ * Push-to-talk has no VAD: its fields are disabled, not just greyed. The threshold and the
+ * end-of-turn silence are server VAD's (semantic VAD ends a turn by its model); eagerness is
+ * semantic VAD's alone, so each shows only with its own mode.
+ */
 function syncVadFields() {
-  const ptt = $('turn').value === 'none';
+  const turn = $('turn').value;
+  const ptt = turn === 'none';
+  const semantic = turn === 'semantic_vad';
   form.classList.toggle('no-vad', ptt);
-  for (const id of ['threshold', 'silence']) $(id).disabled = ptt;
+  for (const id of ['threshold', 'silence']) {
+    $(id).disabled = ptt || semantic;
+    $(`${id}-field`).hidden = semantic;
+  }
+  $('eagerness').disabled = !semantic;
+  $('eagerness-field').hidden = !semantic;
 }
 
 /** The Voice picker offers what the engine announced (session.capabilities.voices). */
@@ -96,6 +108,7 @@ function readSettings() {
     device: $('device').value,
     voice: $('voice').value || 'default',
     turn: $('turn').value,
+    eagerness: EAGERNESS.includes($('eagerness').value) ? $('eagerness').value : 'auto',
     threshold: Math.min(0.95, Math.max(0.05, num('threshold', 0.5))),
     silence: Math.round(num('silence', 500)),
     inFormat: $('in-format').value,
@@ -138,8 +151,10 @@ const stats = {
   audioMsSent: 0,
   reconnects: 0,
   resumes: 0,
+  holds: 0, // replies the gateway paused to judge the caller's speech over them (overlap.decision)
+  holdsResumed: 0, // ... and let go on (a backchannel)
   retryInS: null, // seconds left before the next automatic retry (the countdown shown)
-  assistantState: 'idle', // idle | listening | thinking | speaking
+  assistantState: 'idle', // idle | listening | thinking | speaking | paused
   assistantLevel: 0, // the assistant meter, 0-100
 };
 const errors = [];
@@ -246,6 +261,7 @@ const PER_SESSION = {
   samplesPlayed: 0, bufferedMs: 0, underruns: 0, flushes: 0, truncatesSent: 0, acksSent: 0,
   responses: 0, responsesCancelled: 0, turns: 0, lastLatencyMs: null, medianLatencyMs: null,
   framesSent: 0, audioMsSent: 0, heartbeatsSent: 0, silentFramesSent: 0, toolCalls: 0, toolOutputsSent: 0,
+  holds: 0, holdsResumed: 0,
 };
 Object.assign(stats, PER_SESSION);
 // The playback worklet counts from its own start; these are its counts at the last reset.
@@ -266,9 +282,11 @@ let pendingUpdateId = null; // event_id of the session.update awaiting its answe
 let activeResponseId = null;
 const speechStartMs = new Map(); // caller item -> audio_start_ms (for the bubble's duration)
 /**
- * responseId -> {itemId, rate, receivedSamples, audio, fenced, ended, finished, started, drained, done}:
- * started/drained come from the playback worklet (its first sample reached the output / its last
- * one did), done from response.done, fenced when the caller cut it off.
+ * responseId -> {itemId, rate, receivedSamples, audio, fenced, ended, finished, started, drained, done,
+ * paused, ...}: started/drained come from the playback worklet (its first sample reached the output /
+ * its last one did), done from response.done, fenced when the caller cut it off, paused while the
+ * gateway holds it (overlap.decision). `playedMs` is what the worklet reported it played to the end,
+ * `decisions` the gateway's overlap actions, `worklet` the worklet's paused / resumed reports.
  */
 const responses = new Map();
 
@@ -323,6 +341,18 @@ window.__demo = {
   assistantStates,
   /** What the screen-reader status line said about the assistant, in order. */
   announcements,
+  /** Each reply's audio as received and played, its status and its pauses (read-only copies). */
+  replies: () =>
+    [...responses.entries()].map(([responseId, r]) => ({
+      responseId,
+      itemId: r.itemId,
+      receivedMs: (r.receivedSamples * 1000) / r.rate,
+      playedMs: r.playedMs ?? null,
+      status: r.status ?? null,
+      paused: Boolean(r.paused),
+      decisions: (r.decisions ?? []).map((d) => ({ ...d })),
+      worklet: (r.worklet ?? []).map((w) => ({ ...w })),
+    })),
   client,
   audio,
   get muted() {
@@ -355,6 +385,7 @@ function readSession(s, previous = null) {
     id: s.id,
     input: { format: inName, rate: inFmt?.rate ?? s.sample_rate_hz ?? defaultRate(inName) },
     output: { format: outName, rate: outFmt?.rate ?? s.output_sample_rate_hz ?? defaultRate(outName) },
+    // What the gateway runs: a gateway without semantic VAD may answer a request for it with server VAD.
     turnDetection: ain ? ain.turn_detection ?? null : s.turn_detection ?? null,
     voice: aout?.voice ?? s.voice,
     voices: s.capabilities?.voices || previous?.voices || [],
@@ -365,16 +396,19 @@ function readSession(s, previous = null) {
 
 function sendSessionUpdate() {
   const s = readSettings();
-  const turnDetection =
-    s.turn === 'none'
-      ? null
-      : {
-          type: 'server_vad',
-          threshold: s.threshold,
-          silence_duration_ms: s.silence,
-          create_response: true,
-          interrupt_response: true,
-        };
+  const semantic = s.turn === 'semantic_vad';
+  let turnDetection = null;
+  if (semantic) {
+    turnDetection = { type: 'semantic_vad', eagerness: s.eagerness, create_response: true, interrupt_response: true };
+  } else if (s.turn !== 'none') {
+    turnDetection = {
+      type: 'server_vad',
+      threshold: s.threshold,
+      silence_duration_ms: s.silence,
+      create_response: true,
+      interrupt_response: true,
+    };
+  }
   // Frames already captured in the old format must not reach the gateway after
   // it switched: hold the mic until session.updated confirms the new format.
   streaming = false;
@@ -388,7 +422,9 @@ function sendSessionUpdate() {
   const tools = s.demoTool ? { tools: [DEMO_TOOL], tool_choice: 'auto' } : toolsOffered ? { tools: [] } : {};
   toolsOffered = toolsOffered || s.demoTool;
   // Every update replaces the session's `include`, so each one (Settings › Apply too) asks again.
-  const include = askLatency ? { include: [LATENCY_EVENT] } : {};
+  // The gateway holds a reply for the caller's speech over it under semantic VAD: ask to be told,
+  // so playback pauses at the hold rather than playing on until the verdict.
+  const include = askLatency ? { include: semantic ? [LATENCY_EVENT, OVERLAP_EVENT] : [LATENCY_EVENT] } : {};
   client.send({
     type: 'session.update',
     event_id: pendingUpdateId,
@@ -421,6 +457,8 @@ function adoptSession(s) {
 let pttMode = false; // the live session has no turn detection (push-to-talk)
 /** The gateway's per-reply latency breakdown, a gateway extension asked for with session.include. */
 const LATENCY_EVENT = 'turn.latency';
+/** The gateway's hold / resume / cut of a reply the caller spoke over (vLLM-Omni's event). */
+const OVERLAP_EVENT = 'overlap.decision';
 let askLatency = true; // off once a gateway refused the include (another Realtime server)
 let instructionsSent = false; // this session was given instructions
 let toolsOffered = false; // this session was offered the demo tool
@@ -449,7 +487,7 @@ function applySession() {
     session.engine && `engine ${session.engine}`,
     `in ${fmt(session.input)}`,
     `out ${fmt(session.output)}`,
-    ptt ? 'push-to-talk' : `VAD ${td.silence_duration_ms ?? ''} ms`,
+    ptt ? 'push-to-talk' : td.type === 'semantic_vad' ? `semantic VAD (${td.eagerness ?? 'auto'})` : `VAD ${td.silence_duration_ms ?? ''} ms`,
   ]
     .filter(Boolean)
     .join(' · ');
@@ -461,6 +499,8 @@ function onSession({ resumed, event }) {
   stats.sessionId = client.sessionId;
   if (resumed) {
     stats.resumes = client.resumes;
+    // A hold's verdict sent while the connection was down is lost: never stay paused waiting for it.
+    for (const [id, r] of responses) if (r.paused) unpause(id, r);
     view.divider('Reconnected · session resumed');
     adoptSession(event.session || {});
     return;
@@ -552,7 +592,13 @@ function showLevel(rms) {
 // ---------------------------------------------------------------------------
 // What the assistant is doing, and the level of its voice
 
-const ASSISTANT_TEXT = { idle: 'not connected', listening: 'listening', thinking: 'thinking…', speaking: 'speaking' };
+const ASSISTANT_TEXT = {
+  idle: 'not connected',
+  listening: 'listening',
+  thinking: 'thinking…',
+  speaking: 'speaking',
+  paused: 'paused, listening',
+};
 // A state is read out only once it has held this long: a quick reply goes from thinking to
 // speaking in a blink, and the screen reader should say where things settled, not each step.
 const ANNOUNCE_AFTER_MS = 700;
@@ -569,6 +615,8 @@ function currentAssistantState() {
   let thinking = false;
   for (const r of responses.values()) {
     if (r.fenced) continue; // cut off: nothing of it plays any more
+    // Held by the gateway while it judges the caller's speech over it: it may go on.
+    if (r.paused) return 'paused';
     // Played out but not yet done: more of the reply may still come, it has the floor.
     if ((r.started && !r.drained) || (r.drained && !r.done)) return 'speaking';
     // Asked for and still running, or its audio waits in the jitter buffer.
@@ -682,7 +730,12 @@ function onResponseDone(ev) {
   stats.responses += 1;
   if (activeResponseId === id) activeResponseId = null;
   const r = responses.get(id);
-  if (r) r.done = true;
+  if (r) {
+    r.done = true;
+    r.status = status ?? null;
+    // The gateway ends a hold before the reply ends; should it not have, nothing is left waiting.
+    if (r.paused) unpause(id, r);
+  }
   if (status === 'cancelled') {
     stats.responsesCancelled += 1;
     latency.responseEnded(id);
@@ -931,6 +984,7 @@ const HANDLERS = {
   'response.function_call_arguments.done': onCallArgumentsDone,
   'response.output_item.done': onOutputItemDone,
   'response.done': onResponseDoneWithCalls,
+  [OVERLAP_EVENT]: onOverlapDecision,
   [LATENCY_EVENT]: (ev) => {
     const turn = latency.serverBreakdown(ev.response_id, ev);
     if (turn) renderLatencyPanel();
@@ -938,6 +992,55 @@ const HANDLERS = {
   'session.closed': (ev) => notice(`The gateway closed the session${ev.reason ? `: ${quoteServer(ev.reason)}` : ''}.`),
   error: onError,
 };
+
+// ---------------------------------------------------------------------------
+// Held replies: the caller spoke over the assistant (overlap.decision)
+
+/**
+ * `pause`: the gateway holds the reply while it judges the caller's speech over it, so playback
+ * pauses too (its buffered audio kept). `resume`: a backchannel, playback goes on from where it
+ * paused. `barge_in`: an interruption; playback is cut as for speech_started, which follows.
+ */
+function onOverlapDecision(ev) {
+  const id = ev.response_id;
+  if (!id) return;
+  const r = responseFor(id);
+  r.decisions = r.decisions ?? [];
+  // `playing`: the reply's audio was coming out of the speakers when the decision came.
+  const playing = Boolean(r.started && !r.drained && !r.fenced);
+  r.decisions.push({ action: ev.action, reason: ev.reason ?? null, playing, t: Math.round(performance.now()) });
+  switch (ev.action) {
+    case 'pause':
+      if (r.fenced || r.paused) break;
+      r.paused = true;
+      stats.holds += 1;
+      audio.pause(id);
+      // The gateway heard the caller: show it, though no turn starts (yet).
+      setSpeaking(true);
+      break;
+    case 'resume':
+      if (!r.paused) break;
+      unpause(id, r);
+      stats.holdsResumed += 1;
+      setSpeaking(false);
+      if (r.itemId) view.resumed(r.itemId);
+      break;
+    case 'barge_in':
+      r.paused = false;
+      // A flush ends the worklet's pause as it drops the reply.
+      void interruptPlayback('barge_in');
+      break;
+    default:
+      break;
+  }
+}
+
+function unpause(id, r) {
+  r.paused = false;
+  audio.resume(id);
+  // The held audio comes in a burst after a gap that was the hold, not the network.
+  jitter.restart(id);
+}
 
 // ---------------------------------------------------------------------------
 // Playback reports and barge-in
@@ -962,9 +1065,19 @@ function onPlayback(msg) {
       if (!r || r.finished) break;
       r.finished = true;
       r.drained = true;
-      const played = Math.min(Math.floor((msg.playedSamples * 1000) / msg.sampleRate), receivedMs(r));
+      r.playedMs = (msg.playedSamples * 1000) / msg.sampleRate;
+      const played = Math.min(Math.floor(r.playedMs), receivedMs(r));
       if (client.send({ type: 'playback.ack', response_id: msg.responseId, item_id: msg.itemId, played_ms: played })) {
         stats.acksSent += 1;
+      }
+      break;
+    }
+    case 'paused':
+    case 'resumed': {
+      const r = responses.get(msg.responseId);
+      if (r) {
+        r.worklet = r.worklet ?? [];
+        r.worklet.push({ type: msg.type, samplesPlayed: msg.samplesPlayed, bufferedSamples: msg.bufferedSamples, sampleRate: msg.sampleRate });
       }
       break;
     }

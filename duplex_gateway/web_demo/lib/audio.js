@@ -163,6 +163,19 @@ export class AudioIO {
     this.playback?.port.postMessage({ type: 'end', itemId });
   }
 
+  /**
+   * Hold playback where it is (the gateway paused the reply to judge the caller's speech over it):
+   * silence goes out, every queued sample stays. The worklet answers with a `paused` report.
+   */
+  pause(responseId) {
+    this.playback?.port.postMessage({ type: 'pause', responseId });
+  }
+
+  /** Go on from the sample after the last one played before the pause (a `resumed` report). */
+  resume(responseId) {
+    this.playback?.port.postMessage({ type: 'resume', responseId });
+  }
+
   /** Drop everything queued; resolves with what each item had actually played. */
   flush(reason) {
     if (!this.playback) return Promise.resolve({ items: [], droppedSamples: 0, sampleRate: 1 });

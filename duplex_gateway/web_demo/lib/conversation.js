@@ -203,6 +203,19 @@ export class ConversationView {
     this.render(entry);
   }
 
+  /**
+   * The caller said something short over this reply ("mm-hm") and the gateway, after holding
+   * the reply to judge it, let it go on: a mark on the bubble, counted if it happens again.
+   */
+  resumed(itemId) {
+    const entry = this.entries.get(itemId);
+    if (!entry || entry.role !== 'assistant' || entry.li.classList.contains('interrupted')) return;
+    entry.resumes = (entry.resumes ?? 0) + 1;
+    entry.li.classList.add('resumed');
+    entry.meta.textContent =
+      entry.resumes === 1 ? 'paused for your backchannel, resumed' : `paused for your backchannels, resumed ×${entry.resumes}`;
+  }
+
   /** The caller heard only `ms` of this reply. */
   interrupted(itemId, ms) {
     const entry = this.entries.get(itemId);
@@ -274,6 +287,7 @@ export class ConversationView {
       text: e.value,
       final: e.final,
       interrupted: e.li.classList.contains('interrupted'),
+      ...(e.role === 'assistant' ? { resumes: e.resumes ?? 0 } : {}),
       at: e.at,
       ...(e.role === 'tool' ? { name: e.name, call_id: e.callId, arguments: e.args, output: e.out } : {}),
     }));

@@ -18,6 +18,14 @@ export class JitterEstimator {
     this.lastAt = 0;
   }
 
+  /**
+   * The next chunk of reply `key` comes after a wait that is not the network's (the gateway held
+   * the reply while the caller spoke over it): that gap does not count.
+   */
+  restart(key) {
+    if (key === this.lastKey) this.lastKey = null;
+  }
+
   /** An audio chunk of reply `key` arrived at `nowMs`; returns the (maybe new) target. */
   arrival(key, nowMs) {
     // The gap before a reply's first chunk is think time, not network jitter.

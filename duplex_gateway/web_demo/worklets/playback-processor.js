@@ -11,6 +11,12 @@
 // stutter. We wait until `target` ms are queued (the page sizes the target
 // from observed arrival gaps) or the item's audio is complete, and fall back
 // to buffering if the queue runs dry mid-reply (counted as an underrun).
+//
+// Why pause: a gateway that holds a reply while it judges the caller's speech
+// over it (`overlap.decision` `pause`) may resume it (a backchannel). Paused,
+// the processor renders silence and keeps every queued sample where it was, so
+// a resume goes on from the very next sample: nothing lost, nothing repeated.
+// A flush (barge-in) ends a pause.
 
 import { StreamResampler } from '../lib/resampler.js';
 
@@ -27,6 +33,7 @@ class PlaybackProcessor extends AudioWorkletProcessor {
     this.buffered = 0; // samples queued, at the context rate
     this.items = new Map(); // itemId -> {itemId, responseId, played, pending, ended, started}
     this.playing = false;
+    this.paused = false;
     this.samplesPlayed = 0;
     this.underruns = 0;
     this.lastProgress = 0;
@@ -78,9 +85,33 @@ class PlaybackProcessor extends AudioWorkletProcessor {
       case 'flush':
         this.flush(msg.reason);
         break;
+      case 'pause':
+        if (!this.paused) {
+          this.paused = true;
+          this.report('paused', msg.responseId);
+        }
+        break;
+      case 'resume':
+        if (this.paused) {
+          this.paused = false;
+          this.report('resumed', msg.responseId);
+        }
+        break;
       default:
         break;
     }
+  }
+
+  /** A pause or resume took effect: what had played by then, and what waits (context-rate samples). */
+  report(type, responseId) {
+    this.port.postMessage({
+      type,
+      responseId,
+      samplesPlayed: this.samplesPlayed,
+      bufferedSamples: this.buffered,
+      time: currentTime,
+      sampleRate,
+    });
   }
 
   /** Report an item's final count and forget it. */
@@ -107,6 +138,8 @@ class PlaybackProcessor extends AudioWorkletProcessor {
     this.buffered = 0;
     this.items.clear();
     this.playing = false;
+    // Cut off is cut off: the next reply must not wait for a resume that will never come.
+    this.paused = false;
     this.resampler.reset();
     this.port.postMessage({ type: 'flushed', reason, items, droppedSamples: dropped, sampleRate });
   }
@@ -115,13 +148,13 @@ class PlaybackProcessor extends AudioWorkletProcessor {
     const output = outputs[0];
     const out = output[0];
     const frames = out.length;
-    if (!this.playing && this.queue.length > 0) {
+    if (!this.paused && !this.playing && this.queue.length > 0) {
       const last = this.queue[this.queue.length - 1].item;
       // Start once the cushion is there, or when nothing more is coming for this item.
       if (this.buffered >= this.targetSamples || last.ended) this.playing = true;
     }
     let written = 0;
-    while (this.playing && written < frames) {
+    while (this.playing && !this.paused && written < frames) {
       const seg = this.queue[0];
       if (!seg) {
         // Ran dry mid-reply: rebuffer rather than play a stuttering trickle.
@@ -167,6 +200,7 @@ class PlaybackProcessor extends AudioWorkletProcessor {
         samplesPlayed: this.samplesPlayed,
         bufferedMs: (this.buffered * 1000) / sampleRate,
         playing: this.playing,
+        paused: this.paused,
         sampleRate,
       });
     }
