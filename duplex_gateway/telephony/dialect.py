@@ -204,11 +204,16 @@ class CallDialect:
         """The session holds the reply while caller speech over it is judged, then resumes or cuts it.
 
         A hold clears the carrier's buffer at once (the caller hears no more of the reply) and
-        takes back what it had not played; a resume sends on from there, so the caller hears a
+        takes back what it had not played (a carrier with no buffer to clear plays the lead it
+        was sent, and nothing is taken back); a resume sends on from there, so the caller hears a
         gap and nothing twice; a cut follows as the turn's ``speech_started``.
         """
         if action == "pause":
-            return self.carrier.clear() if playout.hold(self._now) else None
+            clear = self.carrier.clear()
+            if clear is None:  # a carrier with no buffer to clear plays what it got: stop sending only
+                playout.hold(self._now, reclaim=False)
+                return None
+            return clear if playout.hold(self._now) else None
         if action == "resume":
             playout.release()
             self._wake = True

@@ -172,13 +172,19 @@ class Playout:
 
     # -- a hold: the reply stops where the caller is, and goes on from there ------------------------
 
-    def hold(self, now: float) -> bool:
+    def hold(self, now: float, *, reclaim: bool = True) -> bool:
         """Stop the reply where the caller is: what the carrier has not played comes back to the queue.
 
         Starts a new epoch (the carrier's buffer is to be cleared); True when the carrier had
         audio to clear. :meth:`release` sends on from where the caller was.
+
+        ``reclaim=False``: the carrier plays whatever it was sent and has no buffer to clear
+        (Asterisk's AudioSocket), so what went out stays out (taken back, it would be heard
+        twice) and only sending stops; the caller hears the lead already sent.
         """
         self.holding = True
+        if not reclaim:
+            return False
         if self.marks:
             unplayed = list(self._unplayed)
         else:

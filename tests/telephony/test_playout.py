@@ -151,6 +151,21 @@ def test_a_hold_without_marks_goes_by_the_clock_and_an_empty_buffer_needs_no_cle
     assert not idle.hold(0.0)
 
 
+def test_a_hold_on_a_carrier_with_no_buffer_to_clear_stops_sending_and_takes_nothing_back() -> None:
+    p = playout(marks=False)
+    reply = _ramp(8_000)  # 1 s
+    p.queue("r1", "i1", reply)
+    out, _ = p.due(0.0)  # 120 ms sent at t=0: the carrier plays all of it
+    assert not p.hold(0.05, reclaim=False)  # nothing to clear
+    held, _ = p.due(0.2)
+    assert held == []
+    p.release()
+    resent, _ = p.due(0.5)
+    # It goes on after what was sent: nothing is heard twice, nothing lost.
+    assert b"".join(o.audio for o in out + resent) == reply[: len(b"".join(o.audio for o in out + resent))]
+    assert p.heard_ms(0.5) == 120
+
+
 def test_a_clear_during_a_hold_cuts_the_reply_at_the_pause_point() -> None:
     p = playout(lead_ms=1_000)
     p.queue("r1", "i1", _ramp(1600))
