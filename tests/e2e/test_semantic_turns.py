@@ -82,6 +82,9 @@ class Caller:
     events: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     #: Audio sent so far: the gateway's input clock.
     sent_ms: int = 0
+    #: The furthest a frame went out behind its time (ms): a microphone that fell behind sends
+    #: the backlog in a burst, faster than real time, and skews every time measured from it.
+    late_ms: float = 0.0
     #: Everything sent, for rebuilding what the gateway heard.
     sent: list[npt.NDArray[np.float32]] = field(default_factory=list)
     _t0: float | None = None
@@ -121,8 +124,26 @@ class Caller:
         delay = self.wall(self.sent_ms) - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
+        else:
+            self.late_ms = max(self.late_ms, -delay * 1000)
         message = {"type": "input_audio_buffer.append", "audio": b64(encode(samples))}
         await self.ws.send(json.dumps(message))
+
+    @contextlib.asynccontextmanager
+    async def listening(self) -> AsyncIterator[None]:
+        """Keep the microphone open, sending silence in real time, while the caller says nothing.
+
+        A microphone that stopped would put the caller's clock behind and send the next turn in a
+        burst: the gateway would hear it sooner than it was "said", and every time measured from
+        its end would be off by what was left of the backlog (seconds, with two callers taking turns).
+        """
+        stop = asyncio.Event()
+        task = asyncio.create_task(self.quiet_until(stop.is_set, 3_600_000))
+        try:
+            yield
+        finally:
+            stop.set()
+            await task
 
     def index(self) -> int:
         return len(self.events)
@@ -351,15 +372,19 @@ async def answer(session: Caller, turn: Turn) -> Answered:
     assert ended, f"{session.name}: {turn.text!r} never ended"
     stopped = session.first("input_audio_buffer.speech_stopped", start, lambda e: e["audio_end_ms"] > end_ms)
     assert stopped is not None
-    created = await session.wait("response.created", stopped, REPLY_WAIT_S)
-    response_id = session.events[created][1]["response"]["id"]
-    first_audio = await session.wait(
-        "response.output_audio.delta", created, REPLY_WAIT_S, lambda e: e.get("response_id") == response_id
-    )
-    await session.ws.send(json.dumps({"type": "response.cancel", "response_id": response_id}))
-    done = await session.wait(
-        "response.done", created, REPLY_WAIT_S, lambda e: e["response"]["id"] == response_id
-    )
+    async with session.listening():
+        created = await session.wait("response.created", stopped, REPLY_WAIT_S)
+        response_id = session.events[created][1]["response"]["id"]
+        first_audio = await session.wait(
+            "response.output_audio.delta",
+            created,
+            REPLY_WAIT_S,
+            lambda e: e.get("response_id") == response_id,
+        )
+        await session.ws.send(json.dumps({"type": "response.cancel", "response_id": response_id}))
+        done = await session.wait(
+            "response.done", created, REPLY_WAIT_S, lambda e: e["response"]["id"] == response_id
+        )
     latency = session.first("turn.latency", created, lambda e: e.get("response_id") == response_id)
     stages: dict[str, float] = {}
     if latency is not None and latency <= done:
@@ -379,10 +404,13 @@ async def answer(session: Caller, turn: Turn) -> Answered:
 async def test_semantic_turns_are_answered_sooner_than_server_vad(gateway: Gateway) -> None:
     results: dict[str, list[Answered]] = {"semantic": [], "server": []}
     async with caller(gateway, "semantic", SEMANTIC) as semantic, caller(gateway, "server", SERVER) as server:
-        # Turn about: one reply in the making at a time, so neither caller's reply slows the other's.
+        # Turn about: one reply in the making at a time, so neither caller's reply slows the other's;
+        # the one not speaking keeps its microphone open.
         for turn in COMPLETE:
-            results["semantic"].append(await answer(semantic, turn))
-            results["server"].append(await answer(server, turn))
+            async with server.listening():
+                results["semantic"].append(await answer(semantic, turn))
+            async with semantic.listening():
+                results["server"].append(await answer(server, turn))
     heard = semantic.heard_16k()
     print(
         "\ncomplete sentences: end of speech to the turn's end / the reply's first audio, at the client (ms)"
@@ -411,10 +439,11 @@ async def test_semantic_turns_are_answered_sooner_than_server_vad(gateway: Gatew
     print(
         f"first reply audio: semantic_vad p50 {medians['semantic']:.0f} ms (p90 {p90['semantic']:.0f}), "
         f"server_vad p50 {medians['server']:.0f} ms (p90 {p90['server']:.0f}); ratio "
-        f"{medians['semantic'] / medians['server']:.2f}; target p50 {TARGET_P50_MS} ms"
+        f"{medians['semantic'] / medians['server']:.2f}; target p50 {TARGET_P50_MS} ms; "
+        f"microphones late by at most {max(semantic.late_ms, server.late_ms):.0f} ms"
     )
-    # The issue's bound (RATIO_BOUND) is not met yet, so it is reported, not asserted: measured 1.4
+    # The issue's bound (RATIO_BOUND) is not met yet, so it is reported, not asserted: measured 1.2
     # on two shared cores. Where the turn ends at the first judgement (~220 ms), Whisper's final
-    # words still take 200-450 ms after it (server_vad's 500 ms wait hides them), and partial words
-    # that lag the audio veto a finished turn until the next judgement (1.2 s).
+    # words still take 550-1000 ms after it (server_vad's 500 ms wait hides more of them), and
+    # partial words that lag the audio veto a finished turn until the next judgement (1.2 s).
     assert medians["semantic"] <= LOOSE_P50_MS, medians
