@@ -43,9 +43,14 @@ test: $(VENV)/.installed-test $(OMNI_VENV)/.installed-gateway $(PEERS_VENV)/.ins
 	$(BIN)/ruff format --check duplex_gateway tests scripts
 	$(BIN)/mypy duplex_gateway
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir out/site
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
-	HF_HUB_OFFLINE=1 DUPLEX_GATEWAY_REQUIRE_OMNI=1 $(OMNI_BIN)/python -m pytest tests/omni
-	HF_HUB_OFFLINE=1 DUPLEX_GATEWAY_REQUIRE_PEERS=1 GATEWAY_PYTHON=$(BIN)/python $(PEERS_BIN)/python -m pytest tests/peers
+	@# The three suites all run, whatever one says (a failure in one hides nothing of the others),
+	@# and any that failed or collected nothing (exit 5) fails the target. The slowest tests are
+	@# listed, to see where the suite's time goes.
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest --durations=25; main=$$?; \
+	HF_HUB_OFFLINE=1 DUPLEX_GATEWAY_REQUIRE_OMNI=1 $(OMNI_BIN)/python -m pytest --durations=10 tests/omni; omni=$$?; \
+	HF_HUB_OFFLINE=1 DUPLEX_GATEWAY_REQUIRE_PEERS=1 GATEWAY_PYTHON=$(BIN)/python $(PEERS_BIN)/python -m pytest --durations=10 tests/peers; peers=$$?; \
+	echo "make test: main suite exit $$main, omni $$omni, peers $$peers"; \
+	test $$main -eq 0 && test $$omni -eq 0 && test $$peers -eq 0
 
 # axe-core for the browser accessibility test (its exact version is pinned in tests/browser/package-lock.json).
 tests/browser/node_modules/.package-lock.json: tests/browser/package.json tests/browser/package-lock.json
