@@ -140,13 +140,19 @@ def _decision(action: str) -> ev.OverlapDecision:
     return ev.OverlapDecision(policy="backchannel", action=action, reason="overlap_speech", response_id="r1")
 
 
-def test_a_held_reply_sends_nothing_more_and_a_backchannel_resumes_it_where_it_paused() -> None:
+def _held_at_half_a_second() -> tuple[PacedLiveDialect, float]:
+    """A 2 s reply played for 0.5 s, then held: the dialect, and the audio sent before the hold (ms)."""
     dialect = _started()
     dialect.tick(0.0)
     dialect.render(ev.AudioDelta(response_id="r1", item_id="i1", audio=_ms(2000), rate=24_000), seq=2)
     before, _ = _pump_until(dialect, 0.0, 0.5)
     dialect.tick(0.5)
     assert dialect.render(_decision("pause"), seq=3) is None  # the Live API has no such event
+    return dialect, before
+
+
+def test_a_held_reply_sends_nothing_more_and_a_backchannel_resumes_it_where_it_paused() -> None:
+    dialect, before = _held_at_half_a_second()
     during, wake = _pump_until(dialect, 0.5, 1.5)
     assert during == 0.0 and wake is None  # the lead already sent plays out; nothing follows it
     dialect.tick(1.5)
@@ -158,12 +164,7 @@ def test_a_held_reply_sends_nothing_more_and_a_backchannel_resumes_it_where_it_p
 
 
 def test_a_held_reply_cut_by_a_barge_in_is_truncated_at_what_was_heard_before_the_hold() -> None:
-    dialect = _started()
-    dialect.tick(0.0)
-    dialect.render(ev.AudioDelta(response_id="r1", item_id="i1", audio=_ms(2000), rate=24_000), seq=2)
-    before, _ = _pump_until(dialect, 0.0, 0.5)
-    dialect.tick(0.5)
-    dialect.render(_decision("pause"), seq=3)
+    dialect, before = _held_at_half_a_second()
     _pump_until(dialect, 0.5, 1.1)
     dialect.take_commands()
     dialect.tick(1.1)

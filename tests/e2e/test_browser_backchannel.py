@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ import soundfile as sf
 from tests.e2e import test_browser
 from tests.e2e.helpers import Gateway, GatewayFactory
 from tests.e2e.test_browser import MIC_RATE, _connect, _disconnect, chromium_page, open_settings
+from tests.e2e.test_browser_state import record_page
 from tests.e2e.test_browser_ui import UiBrowser, _apply
 from tests.fixtures.overlap_set import BACKCHANNELS
 from tests.fixtures.turn_set import COMPLETE
@@ -98,21 +98,7 @@ def backchannel_browser(
     monkeypatch.setattr(test_browser, "_fake_mic_wav", _backchannel_mic_wav)
     with chromium_page(tmp_path) as page:
         browser = BackchannelBrowser(page)
-        sent = browser.sent_events
-        page.on("console", lambda m: browser.errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda exc: browser.errors.append(f"pageerror: {exc}"))
-
-        def record(into: list[dict[str, Any]], payload: str | bytes) -> None:
-            with contextlib.suppress(ValueError):
-                event = json.loads(payload)
-                if isinstance(event, dict) and event.get("type") != "input_audio_buffer.append":
-                    into.append(event)
-
-        def on_socket(ws: Any) -> None:
-            ws.on("framereceived", lambda payload: record(browser.received, payload))
-            ws.on("framesent", lambda payload: record(sent, payload))
-
-        page.on("websocket", on_socket)
+        record_page(page, browser, browser.sent_events)
         page.goto(url, wait_until="load")
         browser.js(STATE_TEXTS)
         yield browser

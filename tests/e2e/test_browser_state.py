@@ -69,26 +69,31 @@ SAMPLER = """() => {
 }"""
 
 
+def record_page(page: Any, browser: UiBrowser, sent: list[dict[str, Any]]) -> None:
+    """Record the page's errors on ``browser``, and every frame but audio appends it gets and sends."""
+    page.on("console", lambda m: browser.errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda exc: browser.errors.append(f"pageerror: {exc}"))
+
+    def record(into: list[dict[str, Any]], payload: str | bytes) -> None:
+        with contextlib.suppress(ValueError):
+            event = json.loads(payload)
+            if isinstance(event, dict) and event.get("type") != "input_audio_buffer.append":
+                into.append(event)
+
+    def on_socket(ws: Any) -> None:
+        ws.on("framereceived", lambda payload: record(browser.received, payload))
+        ws.on("framesent", lambda payload: record(sent, payload))
+
+    page.on("websocket", on_socket)
+
+
 @contextlib.contextmanager
 def state_browser(tmp_path: Path, url: str, viewport: dict[str, int] = DESKTOP) -> Iterator[StateBrowser]:
     """:func:`tests.e2e.test_browser_ui.ui_browser`, also recording the frames the page sends."""
     with chromium_page(tmp_path, viewport=viewport) as page:
         browser = StateBrowser(page)
         browser.sent_events = []
-        page.on("console", lambda m: browser.errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda exc: browser.errors.append(f"pageerror: {exc}"))
-
-        def record(into: list[dict[str, Any]], payload: str | bytes) -> None:
-            with contextlib.suppress(ValueError):
-                event = json.loads(payload)
-                if isinstance(event, dict) and event.get("type") != "input_audio_buffer.append":
-                    into.append(event)
-
-        def on_socket(ws: Any) -> None:
-            ws.on("framereceived", lambda payload: record(browser.received, payload))
-            ws.on("framesent", lambda payload: record(browser.sent_events, payload))
-
-        page.on("websocket", on_socket)
+        record_page(page, browser, browser.sent_events)
         page.goto(url, wait_until="load")
         browser.js(SAMPLER)
         yield browser
