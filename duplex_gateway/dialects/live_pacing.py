@@ -103,11 +103,6 @@ class LivePlayout:
             out.append((response_id, take))
         return out, None
 
-    @property
-    def held(self) -> bool:
-        """Sending is held (:meth:`hold`) until :meth:`release`."""
-        return self._held
-
     def hold(self) -> None:
         """Send no more until :meth:`release`: the caller hears only the lead already sent.
 
