@@ -925,12 +925,15 @@ const HANDLERS = {
   },
   'input_audio_buffer.speech_stopped': (ev) => {
     setSpeaking(false);
-    const silence = session?.turnDetection?.silence_duration_ms ?? 0;
+    // Semantic VAD's wait is its model's; the breakdown that follows says how long it was.
+    const td = session?.turnDetection;
+    const waitKnown = td?.type !== 'semantic_vad';
+    const silence = waitKnown ? td?.silence_duration_ms ?? 0 : 0;
     const now = audio.now();
     const endMs = (ev.audio_end_ms ?? 0) - silence;
     if (ev.item_id) view.callerStopped(ev.item_id, endMs - (speechStartMs.get(ev.item_id) ?? endMs));
     const spokenEnd = captureClock.timeOf(endMs);
-    latency.turnEnded(spokenEnd ?? now, now, 'vad');
+    latency.turnEnded(spokenEnd ?? now, now, 'vad', { waitKnown });
   },
   'input_audio_buffer.committed': (ev) => {
     uncommittedMs = 0;
@@ -987,7 +990,11 @@ const HANDLERS = {
   [OVERLAP_EVENT]: onOverlapDecision,
   [LATENCY_EVENT]: (ev) => {
     const turn = latency.serverBreakdown(ev.response_id, ev);
-    if (turn) renderLatencyPanel();
+    if (!turn) return;
+    // A semantic turn's figure moves by the wait the breakdown reports.
+    if (turn === latency.turns.at(-1)) stats.lastLatencyMs = turn.totalMs;
+    stats.medianLatencyMs = latency.median();
+    renderLatencyPanel();
   },
   'session.closed': (ev) => notice(`The gateway closed the session${ev.reason ? `: ${quoteServer(ev.reason)}` : ''}.`),
   error: onError,

@@ -9,6 +9,10 @@
 // figure includes everything the caller experiences: the VAD's wait, the
 // network both ways, recognition, the reply's synthesis and our jitter buffer.
 // With push-to-talk (turn detection off) the turn ends when "Commit" is pressed.
+// Semantic VAD waits as long as its turn model says, so the page cannot know
+// the silence from the session: the turn's end is placed at `audio_end_ms` and
+// moved back by the wait the gateway reports in `turn.latency` (its
+// `turn_detection` and `turn_model` stages) when that arrives.
 //
 // A gateway that supports it also reports its own side of each reply
 // (`turn.latency`: turn detection, the engine's stages, the rest). That is kept
@@ -60,9 +64,13 @@ export class LatencyTracker {
     this.count = 0;
   }
 
-  /** The caller's turn ended at `speechEnd`; the client learned it at `now` (seconds). */
-  turnEnded(speechEnd, now, how) {
-    this.open.push({ id: ++this.count, speechEnd, endedAt: now, how });
+  /**
+   * The caller's turn ended at `speechEnd`; the client learned it at `now` (seconds).
+   * `waitKnown` false: `speechEnd` still includes the end-of-turn wait, which the
+   * gateway's breakdown will say.
+   */
+  turnEnded(speechEnd, now, how, { waitKnown = true } = {}) {
+    this.open.push({ id: ++this.count, speechEnd, endedAt: now, how, waitKnown });
     // A turn that never got an answer must not steal the next turn's reply.
     while (this.open.length > 4) this.open.shift();
   }
@@ -75,7 +83,7 @@ export class LatencyTracker {
     const server = this.unclaimed.get(responseId);
     if (server) {
       this.unclaimed.delete(responseId);
-      turn.server = server;
+      adopt(turn, server);
     }
   }
 
@@ -93,12 +101,13 @@ export class LatencyTracker {
     const server = { totalMs: Number.isFinite(total) ? total : stages.reduce((sum, s) => sum + s.ms, 0), stages };
     const open = this.byResponse.get(responseId);
     if (open) {
-      open.server = server;
+      adopt(open, server);
       return null;
     }
     const done = this.turns.find((t) => t.responseId === responseId);
     if (done) {
-      done.server = server;
+      adopt(done, server);
+      if (done.playedAt !== undefined) measure(done);
       return done;
     }
     this.unclaimed.set(responseId, server);
@@ -118,14 +127,7 @@ export class LatencyTracker {
     turn.playedAt = time;
     this.byResponse.delete(responseId);
     this.open = this.open.filter((t) => t !== turn);
-    const arrival = turn.firstAudioAt ?? time;
-    turn.totalMs = Math.max(0, Math.round((time - turn.speechEnd) * 1000));
-    // Where the time went: waiting for end-of-turn, the gateway + engine, our buffer.
-    turn.parts = {
-      endpointMs: Math.max(0, Math.round((turn.endedAt - turn.speechEnd) * 1000)),
-      serverMs: Math.max(0, Math.round((arrival - turn.endedAt) * 1000)),
-      bufferMs: Math.max(0, Math.round((time - arrival) * 1000)),
-    };
+    measure(turn);
     this.turns.push(turn);
     if (this.turns.length > 50) this.turns.shift();
     this.onTurn(turn);
@@ -166,4 +168,27 @@ export class LatencyTracker {
     this.byResponse.clear();
     this.unclaimed.clear();
   }
+}
+
+/** Keep the gateway's breakdown; a turn whose wait was unknown moves back by the wait it reports. */
+function adopt(turn, server) {
+  turn.server = server;
+  if (turn.waitKnown !== false) return;
+  const waited = server.stages
+    .filter((s) => s.name === 'turn_detection' || s.name === 'turn_model')
+    .reduce((sum, s) => sum + s.ms, 0);
+  turn.speechEnd -= waited / 1000;
+  turn.waitKnown = true;
+}
+
+/** The turn's total and where it went: waiting for end-of-turn, the gateway + engine, our buffer. */
+function measure(turn) {
+  const time = turn.playedAt;
+  const arrival = turn.firstAudioAt ?? time;
+  turn.totalMs = Math.max(0, Math.round((time - turn.speechEnd) * 1000));
+  turn.parts = {
+    endpointMs: Math.max(0, Math.round((turn.endedAt - turn.speechEnd) * 1000)),
+    serverMs: Math.max(0, Math.round((arrival - turn.endedAt) * 1000)),
+    bufferMs: Math.max(0, Math.round((time - arrival) * 1000)),
+  };
 }
