@@ -145,6 +145,21 @@ def chromium_page(
             browser_context.close()
 
 
+def evaluate_on_page(gateway: Gateway, tmp_path: Path, script: str) -> Any:
+    """Run ``script`` (an async function's source) on the demo page ``gateway`` serves; its result.
+
+    For the page's modules on their own: the script imports them from the page's origin. Fails
+    the test on any error the page throws meanwhile.
+    """
+    with chromium_page(tmp_path) as page:
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(gateway.base_url + "/", wait_until="load")
+        result = page.evaluate(script)
+    assert errors == [], errors
+    return result
+
+
 @contextlib.contextmanager
 def chromium(tmp_path: Path, url: str) -> Iterator[Browser]:
     """:func:`chromium_page` showing ``url``; any console error or uncaught exception fails the test."""

@@ -35,7 +35,14 @@ import soundfile as sf
 
 from tests.e2e import test_browser
 from tests.e2e.helpers import Gateway, GatewayFactory
-from tests.e2e.test_browser import MIC_RATE, _connect, _disconnect, chromium_page, open_settings
+from tests.e2e.test_browser import (
+    MIC_RATE,
+    _connect,
+    _disconnect,
+    chromium_page,
+    evaluate_on_page,
+    open_settings,
+)
 from tests.e2e.test_browser_state import record_page
 from tests.e2e.test_browser_ui import UiBrowser, _apply
 from tests.fixtures.overlap_set import BACKCHANNELS
@@ -326,12 +333,7 @@ def echo(gateway_factory: GatewayFactory) -> Gateway:
 
 
 def test_playback_worklet_pauses_without_losing_or_repeating_audio(echo: Gateway, tmp_path: Path) -> None:
-    with chromium_page(tmp_path) as page:
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto(echo.base_url + "/", wait_until="load")
-        result = page.evaluate(WORKLET_PAUSE)
-    assert errors == [], errors
+    result = evaluate_on_page(echo, tmp_path, WORKLET_PAUSE)
     n, rate = result["n"], result["rate"]
     # Every sample given, in order, each once (the ramp's values are all distinct and non-zero).
     assert result["same"], result

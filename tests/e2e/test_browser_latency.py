@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.helpers import Gateway, GatewayFactory
-from tests.e2e.test_browser import chromium_page
+from tests.e2e.test_browser import evaluate_on_page
 
 pytestmark = pytest.mark.e2e
 
@@ -62,12 +62,7 @@ def echo(gateway_factory: GatewayFactory) -> Gateway:
 
 
 def test_a_semantic_turn_is_measured_from_where_the_caller_stopped(echo: Gateway, tmp_path: Path) -> None:
-    with chromium_page(tmp_path) as page:
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto(echo.base_url + "/", wait_until="load")
-        result = page.evaluate(TRACKER)
-    assert errors == [], errors
+    result = evaluate_on_page(echo, tmp_path, TRACKER)
     waited_ms = 240 + 130
     for order in ("before", "after"):
         turn = result[order]
