@@ -25,7 +25,7 @@ $(BIN)/python:
 
 # What `make run` runs: the default engine (embedded) and the carriers' extras.
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[embedded,telephony]'
+	$(BIN)/python -m pip install -q -e '.[embedded,telephony,webrtc]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run

@@ -336,6 +336,26 @@ class LiveSettings(_Section):
     responses: LiveResponsesSettings = LiveResponsesSettings()
 
 
+class IceServerSettings(_Section):
+    """A STUN or TURN server WebRTC calls gather candidates from (``stun:host:port``, ``turn:host:port``)."""
+
+    urls: tuple[str, ...] = Field(min_length=1)
+    username: str | None = None
+    credential: str | None = Field(None, repr=False)
+
+
+class WebRtcSettings(_Section):
+    """``POST /v1/realtime/calls``: OpenAI's WebRTC interface (the ``webrtc`` extra)."""
+
+    #: The addresses ICE offers host candidates on; empty: every interface but loopback. List
+    #: 127.0.0.1 for clients on the same machine (aioice leaves it out by itself).
+    host_addresses: tuple[str, ...] = ()
+    #: STUN and TURN servers, for a gateway behind NAT (docs/webrtc.md: coturn).
+    ice_servers: tuple[IceServerSettings, ...] = ()
+    #: A call whose data channel is not open this long after the answer is ended.
+    connect_timeout_s: float = Field(15.0, gt=0, le=300)
+
+
 class RecordingSettings(_Section):
     """Session recordings (caller and assistant audio as FLAC, an event log) for ``duplex-gateway replay``."""
 
@@ -365,6 +385,7 @@ class GatewaySettings(BaseSettings):
     telephony: TelephonySettings = TelephonySettings()
     recording: RecordingSettings = RecordingSettings()
     live: LiveSettings = LiveSettings()
+    webrtc: WebRtcSettings = WebRtcSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -28,6 +28,8 @@ __all__ = [
 ]
 
 CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
+#: ``POST /v1/realtime/calls``: a WebRTC call's SDP offer (its ``/{call_id}/...`` are telephony's).
+CALLS_PATH = "/v1/realtime/calls"
 #: ``GET /v1/auth/check?scope=realtime``: what a WebSocket handshake with these credentials would
 #: get, as HTTP a browser can read (a refused handshake shows a page script nothing).
 AUTH_CHECK_PATH = "/v1/auth/check"
@@ -77,6 +79,8 @@ def requirement(
     if path == AUTH_CHECK_PATH:
         name = query.get("scope", Scope.REALTIME.value)
         return Scope(name) if name in _SCOPE_NAMES else Scope.REALTIME
+    if path == CALLS_PATH:
+        return Scope.REALTIME  # a WebRTC call is a Realtime session (a browser's client secret opens it)
     for prefix, scope in http_rules:
         if path == prefix or path.startswith(prefix + "/"):
             return scope

@@ -123,6 +123,11 @@ class LivePlayout:
         response_id, item_id = self._current
         return Heard(response_id, item_id, max(0, round(self._sent_ms - unplayed_ms)))
 
+    @property
+    def ends_at(self) -> float | None:
+        """When everything sent so far will have played (None: nothing sent since the last clear)."""
+        return self._ends_at
+
     def playing(self, now: float) -> bool:
         """Reply audio is queued, or sent and not played yet."""
         return bool(self._queue) or (self._ends_at is not None and self._ends_at > now)

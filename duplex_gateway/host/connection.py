@@ -205,9 +205,10 @@ class Connection:
 
     @property
     def call_id(self) -> str | None:
-        """The carrier's id of the phone call this session serves (None: not a call, or not started)."""
-        start = getattr(self._dialect, "start", None)
-        call_id = getattr(start, "call_id", None)
+        """The id of the call this session serves: a carrier's phone call, a WebRTC call (None: neither)."""
+        call_id = getattr(self._dialect, "call_id", None)
+        if call_id is None:
+            call_id = getattr(getattr(self._dialect, "start", None), "call_id", None)
         return call_id if isinstance(call_id, str) else None
 
     @property

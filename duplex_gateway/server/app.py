@@ -24,6 +24,7 @@ from duplex_gateway.config import GatewaySettings
 from duplex_gateway.dialects.live_pacing import PacedLiveDialect
 from duplex_gateway.dialects.realtime import RealtimeDialect
 from duplex_gateway.dialects.realtime_session import parse_session_patch, session_payload
+from duplex_gateway.dialects.realtime_webrtc import MEDIA_FORMAT, WebRtcRealtimeDialect
 from duplex_gateway.engine import port
 from duplex_gateway.host.closing import FAILURES, Failure, close_code
 from duplex_gateway.host.connection import Connection, SessionRegistry
@@ -31,6 +32,17 @@ from duplex_gateway.host.delegation import ResponsesBackend, backend_settings
 from duplex_gateway.host.resumption import ResumeRegistry, new_session_id
 from duplex_gateway.ops.metrics import CONTENT_TYPE, GatewayMetrics
 from duplex_gateway.ops.recording import Recordings
+from duplex_gateway.server.webrtc import (
+    CALLS_PATH,
+    BadCall,
+    CallSocket,
+    IceServer,
+    WebRtcCalls,
+    call_error,
+    read_call_request,
+    unavailable,
+    webrtc_available,
+)
 from duplex_gateway.session.machine import Handshake
 from duplex_gateway.telephony.audiosocket import AudioSocketServer, start_audiosocket
 from duplex_gateway.telephony.carrier import Carrier
@@ -106,6 +118,14 @@ class _Gateway:
         #: The Live API's Responses delegation backend (``live.responses``), connected at start-up.
         self._backend_settings = backend_settings(settings)
         self.backend: ResponsesBackend | None = None
+        #: WebRTC calls (``POST /v1/realtime/calls``), while their connections come up and after.
+        rtc = settings.webrtc
+        self.calls = WebRtcCalls(
+            host_addresses=rtc.host_addresses,
+            ice_servers=[IceServer(s.urls, s.username, s.credential) for s in rtc.ice_servers],
+            connect_timeout_s=rtc.connect_timeout_s,
+            send_timeout_s=settings.limits.send_timeout_s,
+        )
 
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -234,6 +254,73 @@ class _Gateway:
             return JSONResponse({"error": {"code": "not_found", "message": "no live call with that id"}}, 404)
         connection.end("hangup_requested")
         return JSONResponse({}, 200)
+
+    async def answer_call(self, request: Request) -> Response:
+        """``POST /v1/realtime/calls`` (OpenAI's WebRTC interface): answer the offer, then serve the call.
+
+        A ``session`` sent with the offer (multipart) applies over the client secret's, before
+        the first event; a bad one refuses the call (400), as a bad offer does.
+        """
+        if not webrtc_available():
+            return unavailable()
+        if self.shutting_down:
+            return call_error(503, "shutting_down", "this gateway is shutting down; retry on another")
+        try:
+            call = await read_call_request(request)
+        except BadCall as exc:
+            return call_error(400, "invalid_request", str(exc))
+        defaults = self.defaults
+        principal = request.scope.get("auth")
+        principal = principal if isinstance(principal, Principal) else None
+        try:
+            if principal is not None and principal.session:
+                defaults = _with_session(defaults, principal.session)
+            if call.session is not None:
+                defaults = _with_session(defaults, call.session)
+        except ProtocolError as exc:
+            return call_error(400, exc.code.value, f"session: {exc.message}")
+        # The tracks carry the audio, decoded to and from this one format (the session converts).
+        defaults = replace(defaults, input_format=MEDIA_FORMAT, output_format=MEDIA_FORMAT)
+
+        async def serve(socket: CallSocket, call_id: str) -> None:
+            await self._serve_webrtc(socket, call_id, defaults, principal)
+
+        return await self.calls.answer(call.sdp, serve)
+
+    async def _serve_webrtc(
+        self, socket: CallSocket, call_id: str, defaults: SessionConfig, principal: Principal | None
+    ) -> None:
+        session_id = new_session_id(self.settings.server.node_id)
+        connection = Connection(
+            socket,
+            session_id=session_id,
+            engine=self.engine,
+            settings=self.settings,
+            defaults=defaults,
+            registry=self.registry,
+            handshake=Handshake.REALTIME,
+            dialect=WebRtcRealtimeDialect(
+                session_id=session_id,
+                call_id=call_id,
+                max_message_bytes=self.settings.limits.max_message_bytes,
+            ),
+            resumes=None,  # a media connection cannot be resumed: a new call is a new session
+            metrics=self.metrics,
+            dialect_name="webrtc",
+            recorder=self.recordings.start(
+                session_id,
+                principal=principal,
+                engine=self.engine.capabilities,
+                dialect="webrtc",
+                config=defaults,
+                endpoint={"path": CALLS_PATH, "query": {}, "beta": False},
+            ),
+        )
+        self.connections.add(connection)
+        try:
+            await connection.serve()
+        finally:
+            self.connections.discard(connection)
 
     async def _serve(self, websocket: WebSocket, handshake: Handshake) -> None:
         offered = [
@@ -428,6 +515,7 @@ class _Gateway:
             )
             yield
         finally:
+            await self.calls.close()
             if audiosocket is not None:
                 await audiosocket.close()
             if self.backend is not None:
@@ -496,6 +584,7 @@ def create_app(settings: GatewaySettings, engine: port.Engine) -> Starlette:
         Route("/metrics", gateway.metrics_endpoint),
         # The carriers' answer webhooks (/telephony/<carrier>/<path>), from the carriers' table.
         *webhook_routes(settings),
+        Route(CALLS_PATH, gateway.answer_call, methods=["POST"]),
         Route("/v1/realtime/calls/{call_id}/hangup", gateway.hang_up_call, methods=["POST"]),
         WebSocketRoute("/v1/realtime", gateway.realtime),
         WebSocketRoute("/v1/duplex", gateway.duplex),
