@@ -23,7 +23,7 @@ CONFIG ?= configs/default.yaml
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# What `make run` runs: the default engine (embedded) and the carriers' extras.
+# What `make run` runs: the default engine (embedded), the carriers' extras and WebRTC.
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[embedded,telephony,webrtc]'
 	touch $@
