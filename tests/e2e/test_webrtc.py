@@ -7,6 +7,7 @@ events on ``oai-events``; every packet stays on 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import httpx2
 import numpy as np
@@ -19,6 +20,8 @@ from tests.e2e.webrtc_client import RATE, Caller, Microphone, offer_loopback
 from tests.fixtures import SPEECH_END_MS, SPEECH_START_MS, load_speech
 
 pytestmark = pytest.mark.e2e
+
+logger = logging.getLogger(__name__)
 
 
 def _speech48() -> bytes:
@@ -98,8 +101,11 @@ async def test_barge_in_stops_the_track_and_truncates_at_what_was_played(
         # The reply is the caller's clip: 0.5 s of silence, then speech. What the caller heard, by the
         # track's frames, is what the item keeps (a frame's 20 ms and the jitter either way).
         heard_ms = (cleared_at - started_at) * 1000
-        print(
-            f"cut: last loud {loud[-1] - cleared_at:+.3f} s, truncated at {played_ms} ms, heard {heard_ms:.0f} ms"
+        logger.info(
+            "cut: last loud frame %+.3f s after it, truncated at %d ms, heard %.0f ms",
+            loud[-1] - cleared_at,
+            played_ms,
+            heard_ms,
         )
         assert abs(played_ms - heard_ms) < 150, (played_ms, heard_ms)
         assert "response.output_audio.delta" not in caller.types()
