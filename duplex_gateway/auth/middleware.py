@@ -17,6 +17,7 @@ from collections.abc import Callable
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from duplex_gateway.auth.cors import cors_headers, is_cors_path, preflight
 from duplex_gateway.auth.gate import Gate, client_address, route_path
 from duplex_gateway.auth.policy import AUTH_CHECK_PATH, Denial
 from duplex_gateway.host.closing import Failure, close_code
@@ -55,6 +56,19 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         conn = HTTPConnection(scope)
+        if scope["type"] == "http" and is_cors_path(route_path(conn)):
+            # A page on another origin: its preflight is answered here, before any credential is
+            # asked for (a browser sends none with it), and what follows carries its CORS headers.
+            if scope.get("method") == "OPTIONS" and "access-control-request-method" in conn.headers:
+                answer = preflight(conn.headers, self.gate.origins)
+                await send(
+                    {"type": "http.response.start", "status": answer.status, "headers": answer.headers}
+                )
+                await send({"type": "http.response.body", "body": b""})
+                return
+            extra = cors_headers(conn.headers.get("origin"), conn.headers.get("host"), self.gate.origins)
+            if extra:
+                send = _with_headers(send, extra)
         body = b""
         check = self.gate.signature_check(conn)
         if check is not None and check.max_body_bytes > 0:
@@ -163,6 +177,17 @@ async def _read_body(conn: HTTPConnection, receive: Receive, limit: int) -> byte
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def _with_headers(send: Send, headers: list[tuple[bytes, bytes]]) -> Send:
+    """``send`` with ``headers`` added to the response's start."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *headers]}
+        await send(message)
+
+    return sending
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
