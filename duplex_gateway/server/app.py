@@ -263,8 +263,15 @@ class _Gateway:
         """
         if not webrtc_available():
             return unavailable()
-        if self.shutting_down:
-            return call_error(503, "shutting_down", "this gateway is shutting down; retry on another")
+        # Refused before an answer is made, with the codes a WebSocket's error event carries.
+        if self.shutting_down or self.registry.draining:
+            return call_error(503, "server_shutting_down", "the gateway is shutting down; connect again")
+        if self.registry.count >= self.registry.max_sessions:
+            return call_error(
+                429,
+                "session_limit",
+                f"the gateway is at its limit of {self.registry.max_sessions} sessions; try again later",
+            )
         try:
             call = await read_call_request(request)
         except BadCall as exc:

@@ -194,3 +194,36 @@ async def test_a_call_that_never_connects_is_reaped(gateway_factory: GatewayFact
         await gateway.wait_sessions(0, timeout=5)
     finally:
         await pc.close()
+
+
+async def test_a_call_over_the_session_limit_is_refused_before_it_is_answered(
+    gateway_factory: GatewayFactory,
+) -> None:
+    offer_loopback()
+    gateway = gateway_factory.start(
+        {
+            "server": {"web_demo": False},
+            "limits": {"max_sessions": 1},
+            "webrtc": {"host_addresses": ["127.0.0.1"]},
+        },
+        name="webrtc-full",
+    )
+    first = Caller(gateway.base_url)
+    second = RTCPeerConnection()
+    try:
+        await first.connect()
+        await first.wait_for("session.created")
+        second.addTrack(Microphone())
+        second.createDataChannel("oai-events")
+        await second.setLocalDescription(await second.createOffer())
+        async with httpx2.AsyncClient() as http:
+            resp = await http.post(
+                f"{gateway.base_url}/v1/realtime/calls",
+                content=second.localDescription.sdp,
+                headers={"Content-Type": "application/sdp"},
+            )
+        assert resp.status_code == 429, resp.text
+        assert resp.json()["error"]["code"] == "session_limit"
+    finally:
+        await first.close()
+        await second.close()
