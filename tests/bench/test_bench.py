@@ -63,9 +63,12 @@ def test_smoke_run_measures_floor_and_gateway(tmp_path: Path) -> None:
         assert r["first_audio_ms"]["n"] >= 1
         for name in METRICS:
             assert set(r[name]) == {"n", "p50", "p95", "p99", "max"}
-        assert r["server_cpu_s"] > 0
+        assert r["server_cpu_s"] >= 0
         assert r["server_rss_mb"] > 0
         assert "rss_per_session_kb" in r
+    # CPU time comes in clock ticks (10 ms): the floor's two callers for 3 s may use less than one
+    # (CI once read 0.0), the gateway's VAD alone uses several.
+    assert data["results"][1]["server_cpu_s"] > 0
     report = (tmp_path / "bench.md").read_text(encoding="utf-8")
     assert "`gateway-echo` / `floor`" in report
 
