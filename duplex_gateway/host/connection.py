@@ -41,7 +41,7 @@ from duplex_gateway.host.closing import (
 )
 from duplex_gateway.host.delegation import DelegatingDialect, Delegator, ResponsesBackend
 from duplex_gateway.host.engine_link import EngineLink
-from duplex_gateway.host.observers import Observers
+from duplex_gateway.host.observers import Control, Observers
 from duplex_gateway.host.outbox import Outbox
 from duplex_gateway.host.pacing import Pacer
 from duplex_gateway.host.reader import INPUT_SLICE_MS, Outcome, Reader
@@ -235,8 +235,8 @@ class Connection:
                 self.session.receive(SessionClose(reason=reason), now=asyncio.get_running_loop().time())
             )
 
-    async def observe(self, socket: Socket) -> None:
-        """Serve ``socket`` as a read-only observer of this session until either ends."""
+    async def observe(self, socket: Socket, control: Control | None = None) -> None:
+        """Serve ``socket`` as an observer of this session until either ends (``control``: one that steers it)."""
         observers = self._outbox.observers
         if observers is None:
             limits = self._limits
@@ -251,7 +251,7 @@ class Connection:
             config=self.session.config,
             capabilities=self._engine.capabilities.as_pairs(),
         )
-        await observers.serve(socket, greeting, self._ended)
+        await observers.serve(socket, greeting, self._ended, control)
 
     def can_replay_after(self, seq: int) -> bool:
         return self._journal.can_replay_after(seq)

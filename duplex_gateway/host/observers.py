@@ -3,13 +3,16 @@
 An observer attaches by call id (``/v1/realtime?call_id=...``, as OpenAI's sideband
 connection to a SIP call does) and from then on gets every event of the session
 in OpenAI Realtime GA form: the caller's transcripts, DTMF, replies, barge-ins.
-It cannot steer the call: whatever it sends is answered with an error.
+It cannot steer the call: whatever it sends is answered with an error, unless the call lets
+its sideband control it (a WebRTC call's, as OpenAI's does): then what it sends goes to the
+session as the call's own client's events, and only a refusal comes back to it alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from duplex_gateway.dialects.realtime import RealtimeDialect
 from duplex_gateway.host.closing import Failure, close_for
@@ -18,7 +21,10 @@ from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.errors import ErrorCode
 from duplex_gateway.vocabulary.frames import Socket
 
-__all__ = ["Observers"]
+__all__ = ["Control", "Observers"]
+
+#: Hands a sideband client's text to the session; returns why it was refused (None: taken).
+Control = Callable[[str], str | None]
 
 #: Observers per session at most; a dashboard that reconnects in a loop cannot pile them up.
 MAX_OBSERVERS = 8
@@ -39,8 +45,13 @@ class Observers:
     def __len__(self) -> int:
         return len(self._watching)
 
-    async def serve(self, socket: Socket, greeting: ev.ServerEvent, ended: asyncio.Event) -> None:
-        """Serve ``socket`` as an observer, ``greeting`` first, until its client leaves or ``ended`` is set."""
+    async def serve(
+        self, socket: Socket, greeting: ev.ServerEvent, ended: asyncio.Event, control: Control | None = None
+    ) -> None:
+        """Serve ``socket`` as an observer, ``greeting`` first, until its client leaves or ``ended`` is set.
+
+        ``control``: what the observer sends goes there (a sideband that steers the call).
+        """
         attachment = self.attach(socket, greeting)
         if attachment is None:
             refused = close_for(Failure.TOO_MANY_OBSERVERS)
@@ -52,7 +63,14 @@ class Observers:
                 message = await socket.receive()
                 if message["type"] == "websocket.disconnect":
                     break
-                self.refuse(attachment, str(message.get("text") or "a binary frame"))
+                text = message.get("text")
+                refusal = "a binary frame" if text is None else None
+                if control is not None and text is not None:
+                    refusal = control(text)
+                    if refusal is not None:
+                        self.refuse(attachment, refusal, controlling=True)
+                    continue
+                self.refuse(attachment, refusal or str(text))
         finally:
             await self.finish(attachment, "observer_left" if not ended.is_set() else "call_ended")
 
@@ -84,14 +102,10 @@ class Observers:
                 continue
             self._send_to(attachment, event)
 
-    def refuse(self, attachment: Attachment, what: str) -> None:
-        """An observer tried to act on the call."""
-        self._send_to(
-            attachment,
-            ev.ErrorEvent(
-                code=ErrorCode.INVALID_EVENT, message=f"observers are read-only: {what[:64]} was not sent"
-            ),
-        )
+    def refuse(self, attachment: Attachment, what: str, *, controlling: bool = False) -> None:
+        """An observer tried to act on the call (``controlling``: a sideband sent what it may not)."""
+        message = what[:200] if controlling else f"observers are read-only: {what[:64]} was not sent"
+        self._send_to(attachment, ev.ErrorEvent(code=ErrorCode.INVALID_EVENT, message=message))
 
     def _send_to(self, attachment: Attachment, event: ev.ServerEvent) -> None:
         dialect, seq = self._watching[attachment]

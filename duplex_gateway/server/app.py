@@ -20,6 +20,7 @@ from starlette.websockets import WebSocket
 
 from duplex_gateway.audio.vad import SileroVad
 from duplex_gateway.auth import AuthMiddleware, Denial, Gate, Principal, auth_routes
+from duplex_gateway.auth.principal import PrincipalKind, Scope
 from duplex_gateway.config import GatewaySettings
 from duplex_gateway.dialects.live_pacing import PacedLiveDialect
 from duplex_gateway.dialects.realtime import RealtimeDialect
@@ -159,7 +160,7 @@ class _Gateway:
         await self._serve(websocket, Handshake.DUPLEX if wait else Handshake.REALTIME)
 
     async def _observe(self, websocket: WebSocket, call_id: str) -> None:
-        """``/v1/realtime?call_id=...``: watch a live call (or any session, by its id), read-only."""
+        """``/v1/realtime?call_id=...``: watch a live call (or any session, by its id); steer a WebRTC call."""
         offered = [
             p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()
         ]
@@ -168,7 +169,15 @@ class _Gateway:
             await websocket.close(close_code(Failure.NO_SUCH_CALL), FAILURES[Failure.NO_SUCH_CALL].reason)
             return
         await websocket.accept(subprotocol="realtime" if "realtime" in offered else None)
-        await watched.observe(websocket)
+        # A WebRTC call's sideband steers it (OpenAI's sideband control), for a key that may open sessions.
+        call = self.calls.socket(watched.call_id or "")
+        principal = websocket.scope.get("auth")
+        steers = (
+            isinstance(principal, Principal)
+            and principal.kind is not PrincipalKind.CLIENT_SECRET  # a browser's: it watches, at most
+            and Scope.REALTIME in principal.scopes
+        )
+        await watched.observe(websocket, call.control if call is not None and steers else None)
 
     async def duplex(self, websocket: WebSocket) -> None:
         await self._serve(websocket, Handshake.DUPLEX)

@@ -57,10 +57,25 @@ FRAME_SAMPLES = MEDIA_RATE // 50
 _FRAME_BYTES = FRAME_SAMPLES * 2
 #: The most reply audio the outgoing track holds (the dialect keeps ~100 ms ahead): a bound, not a buffer.
 _TRACK_LIMIT_BYTES = MEDIA_RATE * 2 * 2
+#: The longest jump in the caller track's clock filled with silence (a longer one is an outage, not a gap).
+_MAX_GAP_S = fractions.Fraction(1)
 #: Caller audio frames waiting for the session (20 ms each): about 2 s.
 _INBOX_FRAMES = 128
 #: Data channel bytes not yet on the wire past which sending waits (a client that stopped reading).
 _CHANNEL_HIGH_WATER = 1 << 20
+#: What a sideband connection (``/v1/realtime?call_id=``) may send a call: what steers its session.
+SIDEBAND_EVENTS = frozenset(
+    {
+        "session.update",
+        "conversation.item.create",
+        "conversation.item.delete",
+        "conversation.item.retrieve",
+        "conversation.item.truncate",
+        "response.create",
+        "response.cancel",
+    }
+)
+MAX_SIDEBAND_BYTES = 1 << 20
 #: The largest SDP offer accepted (a browser's is 2-6 KB).
 MAX_SDP_BYTES = 64 << 10
 
@@ -272,6 +287,24 @@ class CallSocket:
         with contextlib.suppress(asyncio.QueueFull):
             self._inbox.put_nowait({"type": "websocket.disconnect", "code": code})
 
+    def control(self, text: str) -> str | None:
+        """A sideband client's event, read as if the call's own client had sent it on the data channel.
+
+        Only what steers the session is taken (its audio is the tracks'); returns why an event
+        was refused, or None.
+        """
+        try:
+            kind = json.loads(text).get("type") if len(text) <= MAX_SIDEBAND_BYTES else None
+        except (ValueError, AttributeError):
+            return "the sideband takes JSON client events"
+        if kind not in SIDEBAND_EVENTS:
+            allowed = ", ".join(sorted(SIDEBAND_EVENTS))
+            return f"the sideband may send {allowed}; not {str(kind)[:40]!r}"
+        if self._ended is not None:
+            return "the call is over"
+        self._deliver({"type": "websocket.receive", "text": text})
+        return None
+
     @property
     def connected(self) -> bool:
         return self._channel is not None and self._opened.is_set() and self._ended is None
@@ -349,6 +382,11 @@ class WebRtcCalls:
     @property
     def count(self) -> int:
         return len(self._calls)
+
+    def socket(self, call_id: str) -> CallSocket | None:
+        """The live call ``call_id``'s socket (None: no such call here)."""
+        entry = self._calls.get(call_id)
+        return entry[1] if entry is not None else None
 
     async def answer(self, sdp: str, serve: CallServer) -> Response:
         """The response to an offer: ``201`` with the SDP answer, the call then served by ``serve``."""

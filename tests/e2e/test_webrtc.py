@@ -7,6 +7,7 @@ events on ``oai-events``; every packet stays on 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import httpx2
@@ -15,7 +16,7 @@ import pytest
 import soxr
 from aiortc import RTCPeerConnection
 
-from tests.e2e.helpers import Gateway, GatewayFactory
+from tests.e2e.helpers import Gateway, GatewayFactory, recv_until, ws_connect
 from tests.e2e.webrtc_client import RATE, Caller, Microphone, offer_loopback
 from tests.fixtures import SPEECH_END_MS, SPEECH_START_MS, load_speech
 
@@ -227,3 +228,32 @@ async def test_a_call_over_the_session_limit_is_refused_before_it_is_answered(
     finally:
         await first.close()
         await second.close()
+
+
+async def test_the_sideband_steers_the_call_and_sees_what_it_says(echo_gateway: Gateway) -> None:
+    caller = Caller(echo_gateway.base_url)
+    try:
+        await caller.connect()
+        await caller.wait_for("session.created")
+        call_id = (caller.location or "").rsplit("/", 1)[-1]
+        async with ws_connect(echo_gateway, f"/v1/realtime?call_id={call_id}") as sideband:
+            greeting = json.loads(await asyncio.wait_for(sideband.recv(), 5))
+            assert greeting["type"] == "session.created"
+            await sideband.send(
+                json.dumps(
+                    {"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief."}}
+                )
+            )
+            mark = len(caller.events)
+            _, updated = await caller.wait_for("session.updated", after=mark)
+            assert updated["session"]["instructions"] == "Be brief."
+            seen, _ = await recv_until(sideband, "session.updated")
+            assert seen["session"]["instructions"] == "Be brief."
+            # The call's audio is its track's: the sideband cannot send any.
+            await sideband.send(json.dumps({"type": "input_audio_buffer.append", "audio": ""}))
+            refused, _ = await recv_until(sideband, "error")
+            assert refused["error"]["code"] == "invalid_event"
+            await asyncio.sleep(0.3)
+            assert "error" not in caller.types()  # told to the sideband alone
+    finally:
+        await caller.close()
