@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse, Response
 
 from duplex_gateway.auth.policy import CALLS_PATH
 from duplex_gateway.dialects.realtime_webrtc import CLEAR_TRACK, MEDIA_RATE
+from duplex_gateway.server.webrtc_jitter import LossTolerantJitterBuffer, tolerate_loss
 
 __all__ = [
     "CALLS_PATH",
@@ -222,6 +223,10 @@ class CallSocket:
         self._open_timeout_s = open_timeout_s
         self._send_timeout_s = send_timeout_s
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Caller audio filled with silence where the track's clock jumped (lost packets, DTX).
+        self.gap_ms = 0.0
+        #: The incoming track's jitter buffers (their ``lost`` and ``late`` counts).
+        self.jitter: list[LossTolerantJitterBuffer] = []
 
     # the peer connection's callbacks
 
@@ -260,11 +265,21 @@ class CallSocket:
         from aiortc.mediastreams import MediaStreamError
 
         resampler = av.AudioResampler(format="s16", layout="mono", rate=MEDIA_RATE)
+        #: Where (seconds of the track's own clock) the audio handed on so far ends.
+        heard_to: fractions.Fraction | None = None
         while self._ended is None:
             try:
                 frame = await track.recv()
             except MediaStreamError:
                 return
+            if frame.pts is not None and frame.time_base is not None:
+                start = frame.pts * frame.time_base
+                if heard_to is not None and 0 < start - heard_to <= _MAX_GAP_S:
+                    # A packet lost (or a sender's DTX pause): the caller's clock goes on in silence.
+                    self.gap_ms += float(start - heard_to) * 1000
+                    silence = bytes(round((start - heard_to) * MEDIA_RATE) * 2)
+                    await self._inbox.put({"type": "websocket.receive", "bytes": silence})
+                heard_to = start + fractions.Fraction(frame.samples, frame.sample_rate)
             for out in resampler.resample(frame):
                 pcm = out.to_ndarray().astype("<i2", copy=False).tobytes()
                 await self._inbox.put({"type": "websocket.receive", "bytes": pcm})
@@ -415,6 +430,7 @@ class WebRtcCalls:
             audio = [t for t in pc.getTransceivers() if t.kind == "audio"]
             if not audio:
                 raise BadCall("the offer has no audio section (m=audio)")
+            socket.jitter.extend(b for b in (tolerate_loss(t.receiver) for t in audio) if b is not None)
             pc.addTrack(socket.reply_track)
             answer = await pc.createAnswer()
             await pc.setLocalDescription(answer)
@@ -455,6 +471,15 @@ class WebRtcCalls:
             reaper.cancel()
             await socket.close()
             self._calls.pop(call_id, None)
+            lost = sum(b.lost for b in socket.jitter)
+            if lost or socket.gap_ms:
+                logger.info(
+                    "WebRTC call %s: %d caller packets lost, %d late; %.0f ms of its audio filled with silence",
+                    call_id,
+                    lost,
+                    sum(b.late for b in socket.jitter),
+                    socket.gap_ms,
+                )
 
     def _reap(self, call_id: str) -> None:
         entry = self._calls.get(call_id)
