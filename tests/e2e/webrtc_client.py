@@ -22,6 +22,9 @@ import numpy as np
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from duplex_gateway.server.webrtc_jitter import tolerate_loss
+from tests.e2e.lossy_relay import LossyRelay
+
 RATE = 48_000
 FRAME = RATE // 50
 
@@ -87,6 +90,8 @@ class Caller:
     #: (arrival time, PCM16 mono 48 kHz) of every frame of the remote track.
     heard: list[tuple[float, bytes]] = field(default_factory=list)
     location: str | None = None
+    #: A relay every packet crosses (its SDP rewrites put it between the two peers).
+    relay: LossyRelay | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _opened: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -105,36 +110,49 @@ class Caller:
             self._tasks.append(asyncio.ensure_future(self._listen(track)))
 
         await self.pc.setLocalDescription(await self.pc.createOffer())
+        # A browser's jitter buffer hides a lost packet; aiortc's own throws good ones away for it.
+        for transceiver in self.pc.getTransceivers():
+            tolerate_loss(transceiver.receiver)
+        offer = self.pc.localDescription.sdp
+        if self.relay is not None:
+            offer = self.relay.offer(offer)
         async with httpx2.AsyncClient(timeout=10) as http:
             if session is None:
                 resp = await http.post(
                     f"{self.base_url}/v1/realtime/calls",
-                    content=self.pc.localDescription.sdp,
+                    content=offer,
                     headers={**self.headers, "Content-Type": "application/sdp"},
                 )
             else:
                 resp = await http.post(
                     f"{self.base_url}/v1/realtime/calls",
                     files={
-                        "sdp": (None, self.pc.localDescription.sdp),
+                        "sdp": (None, offer),
                         "session": (None, json.dumps(session)),
                     },
                     headers=self.headers,
                 )
         assert resp.status_code == 201, (resp.status_code, resp.text)
         self.location = resp.headers.get("location")
-        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=resp.text, type="answer"))
+        answer = resp.text if self.relay is None else self.relay.answer(resp.text)
+        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
         async with asyncio.timeout(10):
             await self._opened.wait()
 
     async def _listen(self, track: Any) -> None:
         resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
         loop = asyncio.get_running_loop()
+        heard_to: int | None = None  # the track's clock (48 kHz samples) where what was heard ends
         while True:
             try:
                 frame = await track.recv()
             except MediaStreamError:
                 return
+            if frame.pts is not None and heard_to is not None and frame.pts > heard_to:
+                # A lost packet: a browser plays something in its place; silence is as long.
+                self.heard.append((loop.time(), bytes((frame.pts - heard_to) * 2)))
+            if frame.pts is not None:
+                heard_to = frame.pts + frame.samples
             for out in resampler.resample(frame):
                 self.heard.append((loop.time(), out.to_ndarray().astype("<i2").tobytes()))
 
