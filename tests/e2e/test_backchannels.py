@@ -306,6 +306,18 @@ class Trial:
         at = pauses[0] if "resume" not in self.actions else pauses[-1]
         return (min(at, self.audible_end) - self.onset.at) * 1000
 
+    def timeline(self) -> str:
+        """Where the reply and the caller's speech were, in ms from the speech's first frame."""
+        if self.onset is None:
+            return f"{self.status}, no speech"
+        at = self.onset.at
+        return (
+            f"{self.status}: {self.audio_ms:.0f} ms of reply audio, heard to {(self.audible_end - at) * 1000:+.0f}, "
+            f"done {(self.done - at) * 1000:+.0f}, speech ended {(self.said_end.at - at) * 1000 if self.said_end else 0:+.0f}, "
+            f"speech_started {'-' if self.speech_started is None else f'{(self.speech_started - at) * 1000:+.0f}'}, "
+            f"turn {self.turn}, committed {self.committed}, decisions {self.decided()}"
+        )
+
     @property
     def actions(self) -> list[str]:
         return [str(d.get("action")) for d in self.decisions]
@@ -517,7 +529,7 @@ def test_no_backchannel_cancels_a_semantic_vad_reply(measured: Measured) -> None
 def test_every_interruption_cancels_the_reply(measured: Measured) -> None:
     for trial in measured.interruptions.trials:
         assert trial.clip is not None
-        assert trial.cancelled and trial.speech_started is not None, (trial.clip.text, trial.status)
+        assert trial.cancelled and trial.speech_started is not None, (trial.clip.text, trial.timeline())
         assert trial.actions[-1] == "barge_in", (trial.clip.text, trial.decided())
 
 
@@ -527,7 +539,7 @@ def test_every_interruption_is_heard_to_stop_within_600_ms_by_a_client_that_paus
     """The issue's bound, for a client that follows the hold (``overlap.decision``; as paced phone calls and
     the Live API do by themselves): its playback pauses at the hold and never resumes before the cut."""
     late = [
-        (t.clip.text, None if t.paused_end_ms is None else round(t.paused_end_ms), t.decided())
+        (t.clip.text, None if t.paused_end_ms is None else round(t.paused_end_ms), t.timeline())
         for t in measured.interruptions.trials
         if t.clip is not None and (t.paused_end_ms is None or t.paused_end_ms > AUDIBLE_END_BOUND_MS)
     ]
