@@ -9,11 +9,12 @@ track with OpenAI's WebRTC-only events: ``output_audio_buffer.started`` when a r
 starts playing, ``stopped`` when it has played out, ``cleared`` when it was cut short.
 
 The transport (:mod:`duplex_gateway.server.webrtc`) hands this dialect two kinds of frame: text,
-the data channel's messages, and bytes, caller audio from the incoming track as PCM16 mono at
-:data:`MEDIA_RATE`. It takes back text for the data channel and bytes for the outgoing track
-in the same format; an empty bytes frame means "drop what the track has not played yet" (a
-barge-in stops the track at once, not after the lead already sent). Pure: no asyncio, no
-sockets, no clock; time arrives as arguments.
+the data channel's messages, and bytes, caller audio from the incoming track as PCM16 mono in the
+dialect's input format. It takes back text for the data channel and bytes for the outgoing track
+in its output format; an empty bytes frame means "drop what the track has not played yet" (a
+barge-in stops the track at once, not after the lead already sent). The transport decodes the
+tracks (Opus at :data:`MEDIA_RATE`) straight to the engine's own rates, so the session converts
+nothing. Pure: no asyncio, no sockets, no clock; time arrives as arguments.
 """
 
 from __future__ import annotations
@@ -46,11 +47,23 @@ class WebRtcRealtimeDialect(RealtimeDialect):
     dialect cuts itself, as a WebSocket client would by truncating what it plays.
     """
 
-    def __init__(self, *, session_id: str, call_id: str, max_message_bytes: int) -> None:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        call_id: str,
+        max_message_bytes: int,
+        input_format: AudioFormat = MEDIA_FORMAT,
+        output_format: AudioFormat = MEDIA_FORMAT,
+    ) -> None:
+        """``input_format`` / ``output_format``: the PCM16 the transport decodes the caller's track
+        to, and takes for the reply's (the session's formats, which a client cannot change)."""
         super().__init__(session_id=session_id, beta=False, duplex=False, max_message_bytes=max_message_bytes)
         #: The call's id (``/v1/realtime/calls/{call_id}``): sideband sockets and hang-ups name it.
         self.call_id = call_id
-        self._playout = LivePlayout(MEDIA_FORMAT)
+        self.input_format = input_format
+        self.output_format = output_format
+        self._playout = LivePlayout(output_format)
         self._now = 0.0
         self._commands: list[cmd.Command] = []
         #: Frames of the dialect's own for the next pump (the WebRTC-only events, a track clear).
@@ -70,16 +83,18 @@ class WebRtcRealtimeDialect(RealtimeDialect):
             # The incoming track, decoded by the transport: the session converts it to its input rate.
             if not frame:
                 return ()
-            return (cmd.InputAudioAppend(audio=frame, encoding=Encoding.PCM16, rate=MEDIA_RATE),)
+            fmt = self.input_format
+            return (cmd.InputAudioAppend(audio=frame, encoding=fmt.encoding, rate=fmt.rate),)
         return tuple(_on_the_tracks(command) for command in super().parse(frame))
 
     # -- server events ---------------------------------------------------------------------------
 
     def render(self, event: ev.ServerEvent, *, seq: int) -> str | None:
         if isinstance(event, ev.AudioDelta):
-            if event.encoding is not Encoding.PCM16 or event.rate != MEDIA_RATE:
+            fmt = self.output_format
+            if event.encoding is not fmt.encoding or event.rate != fmt.rate:
                 raise ValueError(
-                    f"reply audio of a WebRTC call must be {MEDIA_FORMAT}, not {event.encoding} {event.rate}"
+                    f"reply audio of this WebRTC call must be {fmt}, not {event.encoding} {event.rate}"
                 )
             self._playout.queue(event.response_id, event.item_id, event.audio)
             return None  # played out on the track by pump()
@@ -178,8 +193,8 @@ class WebRtcRealtimeDialect(RealtimeDialect):
 def _on_the_tracks(command: cmd.Command) -> cmd.Command:
     """A ``session.update`` without its audio formats: a call's audio is the tracks' (Opus, at 48 kHz).
 
-    The session's formats stay :data:`MEDIA_FORMAT`, what the transport decodes the tracks to;
-    ``session.updated`` shows them.
+    The session's formats stay what the transport decodes the tracks to (PCM16 at the engine's
+    rates); ``session.updated`` shows them.
     """
     if not isinstance(command, cmd.SessionUpdate):
         return command

@@ -295,13 +295,18 @@ class _Gateway:
                 defaults = _with_session(defaults, call.session)
         except ProtocolError as exc:
             return call_error(400, exc.code.value, f"session: {exc.message}")
-        # The tracks carry the audio, decoded to and from this one format (the session converts).
-        defaults = replace(defaults, input_format=MEDIA_FORMAT, output_format=MEDIA_FORMAT)
+        # The tracks' Opus is decoded to, and encoded from, PCM16 at the engine's own rates: the
+        # transport's libswresample converts with under a millisecond held back, where the
+        # session's soxr would hold back ~20 ms each way.
+        engine = self.engine.capabilities
+        media_in = replace(MEDIA_FORMAT, rate=engine.input_rate)
+        media_out = replace(MEDIA_FORMAT, rate=engine.output_rate)
+        defaults = replace(defaults, input_format=media_in, output_format=media_out)
 
         async def serve(socket: CallSocket, call_id: str) -> None:
             await self._serve_webrtc(socket, call_id, defaults, principal)
 
-        return await self.calls.answer(call.sdp, serve)
+        return await self.calls.answer(call.sdp, serve, input_rate=media_in.rate, output_rate=media_out.rate)
 
     async def _serve_webrtc(
         self, socket: CallSocket, call_id: str, defaults: SessionConfig, principal: Principal | None
@@ -319,6 +324,8 @@ class _Gateway:
                 session_id=session_id,
                 call_id=call_id,
                 max_message_bytes=self.settings.limits.max_message_bytes,
+                input_format=defaults.input_format,
+                output_format=defaults.output_format,
             ),
             resumes=None,  # a media connection cannot be resumed: a new call is a new session
             metrics=self.metrics,

@@ -158,20 +158,38 @@ def _reply_track_type() -> type[Any]:
     class ReplyTrack(MediaStreamTrack):
         """Reply audio, 20 ms a frame in real time; silence when none is queued.
 
-        The dialect paces what it writes a little ahead of real time; this track only turns it
-        into frames on the track's own clock, and drops what it holds when told to (a barge-in).
+        The dialect paces what it writes (PCM16 mono at ``rate``, the engine's) a little ahead of
+        real time; this track converts it to the track's 48 kHz with libswresample, which holds
+        back under a millisecond where the session's soxr would hold back ~20 ms, turns it into
+        frames on the track's own clock, and drops what it holds when told to (a barge-in).
         """
 
         kind = "audio"
 
-        def __init__(self) -> None:
+        def __init__(self, rate: int = MEDIA_RATE) -> None:
             super().__init__()
+            self.rate = rate
             self._audio = bytearray()
             self._start: float | None = None
             self._pts = 0
             self._silence = bytes(_FRAME_BYTES)
+            self._resampler = self._new_resampler()
+
+        def _new_resampler(self) -> Any:
+            if self.rate == MEDIA_RATE:
+                return None
+            return av.AudioResampler(format="s16", layout="mono", rate=MEDIA_RATE)
 
         def write(self, pcm: bytes) -> None:
+            if self._resampler is not None and pcm:
+                frame = av.AudioFrame.from_ndarray(
+                    np.frombuffer(pcm, "<i2").reshape(1, -1), format="s16", layout="mono"
+                )
+                frame.sample_rate = self.rate
+                pcm = b"".join(
+                    out.to_ndarray().astype("<i2", copy=False).tobytes()
+                    for out in self._resampler.resample(frame)
+                )
             if len(self._audio) + len(pcm) > _TRACK_LIMIT_BYTES:
                 # The dialect never runs this far ahead; should it, keep the newest and say so.
                 logger.warning("reply track over %d bytes: older audio dropped", _TRACK_LIMIT_BYTES)
@@ -180,6 +198,7 @@ def _reply_track_type() -> type[Any]:
 
         def clear(self) -> None:
             self._audio.clear()
+            self._resampler = self._new_resampler()  # its last fraction of a ms is the cut reply's
 
         async def recv(self) -> Any:
             loop = asyncio.get_running_loop()
@@ -213,9 +232,19 @@ class CallSocket:
     for it to open), ``send_bytes`` the outgoing track. The end of the connection is a disconnect.
     """
 
-    def __init__(self, pc: Any, reply_track: Any, *, open_timeout_s: float, send_timeout_s: float) -> None:
+    def __init__(
+        self,
+        pc: Any,
+        reply_track: Any,
+        *,
+        open_timeout_s: float,
+        send_timeout_s: float,
+        input_rate: int = MEDIA_RATE,
+    ) -> None:
+        """``input_rate``: the rate the caller's track is decoded to (the engine's input rate)."""
         self._pc = pc
         self.reply_track = reply_track
+        self.input_rate = input_rate
         self._inbox: asyncio.Queue[MutableMapping[str, Any]] = asyncio.Queue(_INBOX_FRAMES)
         self._channel: Any = None
         self._opened = asyncio.Event()
@@ -264,7 +293,8 @@ class CallSocket:
         import av
         from aiortc.mediastreams import MediaStreamError
 
-        resampler = av.AudioResampler(format="s16", layout="mono", rate=MEDIA_RATE)
+        # libswresample, in one step with the decoder's stereo to mono: under 1 ms held back.
+        resampler = av.AudioResampler(format="s16", layout="mono", rate=self.input_rate)
         #: Where (seconds of the track's own clock) the audio handed on so far ends.
         heard_to: fractions.Fraction | None = None
         while self._ended is None:
@@ -277,7 +307,7 @@ class CallSocket:
                 if heard_to is not None and 0 < start - heard_to <= _MAX_GAP_S:
                     # A packet lost (or a sender's DTX pause): the caller's clock goes on in silence.
                     self.gap_ms += float(start - heard_to) * 1000
-                    silence = bytes(round((start - heard_to) * MEDIA_RATE) * 2)
+                    silence = bytes(round((start - heard_to) * self.input_rate) * 2)
                     await self._inbox.put({"type": "websocket.receive", "bytes": silence})
                 heard_to = start + fractions.Fraction(frame.samples, frame.sample_rate)
             for out in resampler.resample(frame):
@@ -403,8 +433,14 @@ class WebRtcCalls:
         entry = self._calls.get(call_id)
         return entry[1] if entry is not None else None
 
-    async def answer(self, sdp: str, serve: CallServer) -> Response:
-        """The response to an offer: ``201`` with the SDP answer, the call then served by ``serve``."""
+    async def answer(
+        self, sdp: str, serve: CallServer, *, input_rate: int = MEDIA_RATE, output_rate: int = MEDIA_RATE
+    ) -> Response:
+        """The response to an offer: ``201`` with the SDP answer, the call then served by ``serve``.
+
+        ``input_rate`` / ``output_rate``: the PCM16 rates the tracks are decoded to and encoded
+        from for the session (the engine's: no second conversion in the session).
+        """
         if not webrtc_available():
             return unavailable()
         from aiortc import RTCPeerConnection, RTCSessionDescription
@@ -413,9 +449,10 @@ class WebRtcCalls:
         pc = RTCPeerConnection(self._configuration())
         socket = CallSocket(
             pc,
-            _reply_track_type()(),
+            _reply_track_type()(output_rate),
             open_timeout_s=self._connect_timeout_s,
             send_timeout_s=self._send_timeout_s,
+            input_rate=input_rate,
         )
         pc.on("datachannel", socket.attach_channel)
         pc.on("track", socket.attach_track)

@@ -12,7 +12,7 @@ from duplex_gateway.dialects.live_pacing import LEAD_MS
 from duplex_gateway.dialects.realtime_webrtc import CLEAR_TRACK, MEDIA_FORMAT, WebRtcRealtimeDialect
 from duplex_gateway.vocabulary import commands as cmd
 from duplex_gateway.vocabulary import events as ev
-from duplex_gateway.vocabulary.formats import Encoding
+from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 from duplex_gateway.vocabulary.frames import Frame
 from duplex_gateway.vocabulary.session_config import UNSET, SessionConfig, TurnDetection
 
@@ -67,6 +67,36 @@ def test_the_incoming_track_is_caller_audio_in_the_tracks_format() -> None:
     (append,) = _started().parse(_ms(20))
     assert isinstance(append, cmd.InputAudioAppend)
     assert (append.encoding, append.rate, len(append.audio)) == (Encoding.PCM16, 48_000, 1920)
+
+
+def test_the_tracks_are_decoded_to_the_engines_rates() -> None:
+    """The transport hands over, and takes, PCM16 at the engine's rates: the session converts nothing."""
+    dialect = WebRtcRealtimeDialect(
+        session_id="s",
+        call_id="rtc_1",
+        max_message_bytes=1 << 20,
+        input_format=AudioFormat(encoding=Encoding.PCM16, rate=16_000),
+        output_format=AudioFormat(encoding=Encoding.PCM16, rate=22_050),
+    )
+    (append,) = dialect.parse(b"\x01\x00" * 320)
+    assert isinstance(append, cmd.InputAudioAppend)
+    assert (append.rate, len(append.audio)) == (16_000, 640)
+    dialect.render(ev.ResponseCreated(response_id="r1"), seq=1)
+    reply = ev.AudioDelta(
+        response_id="r1",
+        item_id="i1",
+        audio=b"\x01\x00" * 2205,
+        rate=22_050,
+        encoded=True,
+        encoding=Encoding.PCM16,
+    )
+    assert dialect.render(reply, seq=2) is None
+    frames, _ = _run(dialect, 0.0, 0.0)
+    assert sum(len(f) for f in frames if isinstance(f, bytes)) == 4410  # 100 ms, on the track as it came
+    with pytest.raises(ValueError, match="22050"):
+        dialect.render(
+            ev.AudioDelta(response_id="r1", item_id="i1", audio=_ms(20), rate=48_000, encoded=True), seq=3
+        )
 
 
 def test_a_session_update_keeps_the_tracks_audio_formats() -> None:

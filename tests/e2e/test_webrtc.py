@@ -123,7 +123,8 @@ async def test_the_session_sent_with_the_offer_applies_before_the_first_event(ec
         _, created = await caller.wait_for("session.created")
         assert created["session"]["instructions"] == "Be brief."
         assert created["session"]["audio"]["output"]["voice"] == "marin"
-        # The tracks' audio, whatever a session.update asks for.
+        # The tracks' audio, decoded to the engine's rate (echo: 24 kHz), whatever a session.update asks for.
+        assert created["session"]["audio"]["output"]["format"] == {"type": "audio/pcm", "rate": 24000}
         caller.send(
             {
                 "type": "session.update",
@@ -131,7 +132,8 @@ async def test_the_session_sent_with_the_offer_applies_before_the_first_event(ec
             }
         )
         _, updated = await caller.wait_for("session.updated")
-        assert updated["session"]["audio"]["output"]["format"] == {"type": "audio/pcm", "rate": 48000}
+        assert updated["session"]["audio"]["output"]["format"] == {"type": "audio/pcm", "rate": 24000}
+        assert updated["session"]["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
     finally:
         await caller.close()
 
