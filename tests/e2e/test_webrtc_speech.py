@@ -38,10 +38,11 @@ LOSS = 0.05
 #: Phrases said, one turn each: espeak-ng's robotic voice and Piper's.
 SAID = (PHRASES[1], PHRASES[5], PHRASES[9], PHRASES[12], PHRASES[14])
 #: Word error rate over the turns, of what was heard against what the reply says (and for embedded,
-#: of what it restates against what was said). Measured on loopback: echo 2 % clean, 0-5 % at 5 %
-#: loss; embedded 3 % heard, 6 % understood. With aiortc's own jitter buffer in the receivers
+#: of what it restates against what was said), on a clean network and on a lossy one. Measured on
+#: loopback: echo 2-4 % clean, 0-9 % at 5 % loss (which words a lost packet hits varies run to
+#: run); embedded 3-8 % heard, 6 % understood. With aiortc's own jitter buffer in the receivers
 #: (before :mod:`duplex_gateway.server.webrtc_jitter`), echo at 5 % loss was 68 %.
-WER_BOUND = 0.15
+WER_BOUND = {0.0: 0.10, LOSS: 0.20}
 #: A turn's reply starts, plays and ends within this (the phrase is 2-3 s; echo plays it back).
 TURN_S = 20.0
 
@@ -137,12 +138,12 @@ async def test_the_reply_on_the_track_is_understood(
         "\n".join(f"  {wer(ref, hyp):.0%} {ref!r} -> {hyp!r}" for ref, hyp in pairs),
     )
     assert [t.status for t in turns] == ["completed"] * len(SAID)
-    assert score <= WER_BOUND, pairs
+    assert score <= WER_BOUND[loss], pairs
     assert all(wer(ref, hyp) < 0.5 for ref, hyp in pairs), pairs
     if engine == "embedded":
         # The way in too: the engine restates what its recognizer heard of the caller's track.
         understood = [(f"You said: {t.said}", t.reference) for t in turns]
-        assert corpus_wer(understood) <= WER_BOUND, understood
+        assert corpus_wer(understood) <= WER_BOUND[loss], understood
     if loss:
         # The relay did lose what it was asked to, each way (a few hundred packets a direction).
         assert all(0.5 * loss <= share <= 2 * loss for share in lost), lost
