@@ -42,6 +42,8 @@ class CallerAudio:
     silence: str
     speech_start: int
     speech_end: int
+    #: The same frames as PCM16 (a WebRTC caller's microphone track plays these).
+    pcm: tuple[bytes, ...] = ()
 
     @property
     def frame_bytes(self) -> int:
@@ -83,11 +85,12 @@ def load_caller_audio(rate: int, *, kind: str = "speech", path: Path | None = No
     loud = np.flatnonzero(np.abs(samples) > _SPEECH_LEVEL)
     if loud.size == 0:
         raise ValueError(f"no sound above {_SPEECH_LEVEL} in the caller audio")
-    frames = tuple(_append(pcm[i : i + step].tobytes()) for i in range(0, len(pcm), step))
+    raw = tuple(pcm[i : i + step].tobytes() for i in range(0, len(pcm), step))
     return CallerAudio(
         rate=rate,
         kind=kind,
-        frames=frames,
+        frames=tuple(_append(frame) for frame in raw),
+        pcm=raw,
         silence=_append(bytes(step * 2)),
         speech_start=int(loud[0]) // step,
         speech_end=int(loud[-1]) // step,

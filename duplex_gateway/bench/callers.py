@@ -40,7 +40,7 @@ from duplex_gateway.bench.audio import FRAME_MS, CallerAudio
 
 __all__ = ["CallerPlan", "CallerStats", "SimulatedCaller", "TurnEnd", "Wire"]
 
-Wire = Literal["realtime", "vllm-omni"]
+Wire = Literal["realtime", "vllm-omni", "webrtc"]
 TurnEnd = Literal["commit", "vad"]
 
 _AUDIO_DELTAS = frozenset({"response.output_audio.delta", "response.audio.delta"})
@@ -299,12 +299,9 @@ class SimulatedCaller:
             if now >= hard_stop:
                 break
             if plan.turn_end == "commit":
-                frame = audio.frames[(tick - 1) % len(audio.frames)]
-            elif talking:
-                frame = audio.frames[index]
+                await self._send_frame((tick - 1) % len(audio.frames))
             else:
-                frame = audio.silence
-            await self._ws.send(frame)
+                await self._send_frame(index if talking else None)
             if talking:
                 index += 1
                 ended = self._turn_ended(index, turn_frames, time.perf_counter())
@@ -380,6 +377,11 @@ class SimulatedCaller:
             await self._send(
                 {"type": "playback.ack", "response_id": answer.response_id, "played_ms": played_ms}
             )
+
+    async def _send_frame(self, index: int | None) -> None:
+        """The microphone's next 20 ms: frame ``index`` of the recording (None: silence)."""
+        audio = self.plan.audio
+        await self._ws.send(audio.silence if index is None else audio.frames[index])
 
     async def _send(self, event: dict[str, Any]) -> None:
         await self._ws.send(json.dumps(event))

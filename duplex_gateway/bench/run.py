@@ -24,6 +24,7 @@ from duplex_gateway.bench.audio import CallerAudio, load_caller_audio
 from duplex_gateway.bench.callers import CallerPlan, CallerStats, SimulatedCaller
 from duplex_gateway.bench.metrics import LoopLag, ProcessProbe, summarize
 from duplex_gateway.bench.targets import RunningServer, Target, TargetUnavailable, start
+from duplex_gateway.bench.webrtc_caller import WebRtcCaller
 
 __all__ = ["RunOptions", "run_all", "run_level"]
 
@@ -121,7 +122,8 @@ async def run_level(
     lag = LoopLag()
     lag.start()
     rss_before = probe.rss_bytes()
-    group = [SimulatedCaller(plan, rng=random.Random(rng.random())) for _ in range(callers)]
+    kind = WebRtcCaller if target.wire == "webrtc" else SimulatedCaller
+    group = [kind(plan, rng=random.Random(rng.random())) for _ in range(callers)]
     handshake_errors: Counter[str] = Counter()
     connected: list[SimulatedCaller] = []
     progress.line(f"[bench] {target.name} x{callers}: connecting")

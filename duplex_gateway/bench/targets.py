@@ -1,9 +1,11 @@
 """The servers the bench measures, each a subprocess on loopback that it starts and always stops.
 
-Five targets, in pairs that answer the same question:
+Six targets, in pairs that answer the same question:
 
 * ``floor`` (:mod:`duplex_gateway.bench.floor`) and ``gateway-echo``: what the
   gateway's connection layer costs above a bare ``websockets`` server;
+* ``gateway-echo-webrtc`` against ``gateway-echo``: what a call costs on WebRTC
+  (Opus both ways, SRTP, the data channel) against the same engine on a WebSocket;
 * ``omni-server`` (vLLM-Omni 0.30's own realtime handler) and
   ``gateway-vllm-omni`` (the gateway's in-process ``vllm-omni`` engine), both over
   the fake model stage the omni tests use, in the ``.venv-omni`` virtualenv;
@@ -62,12 +64,13 @@ class Target:
     ready_timeout_s: float = 60.0
     engine: str | None = None  # the gateway's engine; None for a server that is not the gateway
     omni: bool = False  # runs in the vLLM-Omni virtualenv
+    webrtc: bool = False  # needs the webrtc extra (aiortc), on both sides
     config: dict[str, Any] = field(default_factory=dict)
 
 
 def default_targets() -> list[Target]:
     """The full side-by-side comparison, sized to finish in a few minutes on two cores."""
-    many = (1, 64, 100, 150)
+    many = (1, 50, 64, 100, 150)
     omni_levels = (1, 8, 32)
     return [
         Target(
@@ -90,6 +93,19 @@ def default_targets() -> list[Target]:
             8.0,
             peer="floor",
             engine="echo",
+        ),
+        Target(
+            "gateway-echo-webrtc",
+            "gateway, engine echo, WebRTC callers",
+            "webrtc",
+            "commit",
+            48_000,
+            (1, 50),
+            8.0,
+            peer="gateway-echo",
+            engine="echo",
+            webrtc=True,
+            config={"webrtc": {"host_addresses": ["127.0.0.1"]}},
         ),
         Target(
             "omni-server",
@@ -196,6 +212,8 @@ def _command(target: Target, port: int, workdir: Path, max_callers: int) -> tupl
             FAKE_OMNI_MAX_SESSIONS=str(max_callers),
         )
         env.pop("FAKE_OMNI_CALL_LOG", None)
+    if target.webrtc and not _has_webrtc():
+        raise TargetUnavailable("the webrtc extra is not installed (pip install 'duplex-gateway[webrtc]')")
     if target.engine is None and target.name == "floor":
         return [python, "-m", "duplex_gateway.bench.floor", "--port", str(port)], env
     if target.engine is None:
@@ -226,6 +244,12 @@ def _command(target: Target, port: int, workdir: Path, max_callers: int) -> tupl
     if target.engine == "vllm-omni":
         cmd += ["--omni-factory", "tests.omni.fake_stage:duplex_omni"]
     return cmd, env
+
+
+def _has_webrtc() -> bool:
+    from duplex_gateway.server.webrtc import webrtc_available
+
+    return webrtc_available()
 
 
 def _ready(port: int, path: str) -> bool:

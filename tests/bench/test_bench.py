@@ -94,3 +94,44 @@ def test_smoke_run_measures_floor_and_gateway(tmp_path: Path) -> None:
     goals = rewritten.index("## Goals of the capacity work")
     assert goals < rewritten.index("## Why a goal is missed") < rewritten.index("## Every level")
     assert rewritten.replace("\n## Why a goal is missed\n\nThe profile says so.\n", "") == report
+
+
+def test_webrtc_callers_are_measured_against_the_websocket(tmp_path: Path) -> None:
+    """Two aiortc callers on ``POST /v1/realtime/calls`` and two on the WebSocket, to the same engine."""
+    out = tmp_path / "bench.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "duplex_gateway",
+        "bench",
+        "--targets",
+        "gateway-echo,gateway-echo-webrtc",
+        "--levels",
+        "gateway-echo=2",
+        "--levels",
+        "gateway-echo-webrtc=2",
+        "--duration",
+        "4",
+        "--barge-in",
+        "0.5",
+        "--json",
+        str(out),
+        "--report",
+        str(tmp_path / "bench.md"),
+        "--quiet",
+        "--fail-on-errors",
+    ]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["skipped"] == {}
+    webrtc = next(r for r in data["results"] if r["target"] == "gateway-echo-webrtc")
+    assert webrtc["connected"] == 2
+    assert webrtc["error_count"] == 0, webrtc["errors"]
+    assert webrtc["turns"] >= 2
+    # Each answered turn's first audio came (output_audio_buffer.started), and the server's CPU was read.
+    assert webrtc["first_audio_ms"]["n"] >= 1
+    assert webrtc["replies_completed"] + webrtc["replies_cancelled"] >= webrtc["first_audio_ms"]["n"]
+    assert webrtc["server_cpu_s"] > 0
+    report = (tmp_path / "bench.md").read_text(encoding="utf-8")
+    assert "`gateway-echo-webrtc` / `gateway-echo`" in report
