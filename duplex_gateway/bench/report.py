@@ -470,11 +470,12 @@ whole call (an open microphone), starting at a random moment so that turns do no
   next turn starts with `input_audio_buffer.clear` once the reply is done, so the audio sent while listening does
   not join it. *First audio* is timed from sending the commit to the first `response.output_audio.delta`.
 - **WebRTC callers** (`gateway-echo-webrtc`): the same committed turns from aiortc callers on
-  `POST /v1/realtime/calls`: the recording plays on an Opus track at 48 kHz, the events go on the `oai-events`
-  data channel, and the reply comes on the remote track (decoded and thrown away by the caller). *First audio*
+  `POST /v1/realtime/calls`: the recording goes on an Opus track at 48 kHz (encoded once for every caller), the
+  events go on the `oai-events` data channel, and the reply comes on the remote track, whose packets the callers
+  count and never decode (so that the load generator does not eat the server's cores). *First audio*
   is timed to the server's `output_audio_buffer.started`, which goes out with the reply's first audio for the
   track; the audio follows within the track's 20 ms tick. Audio after `response.done` cannot be told apart on a
-  track and is not counted. The callers' own Opus encoding and decoding run on the same cores as the server.
+  track and is not counted.
 - **Server-VAD turns** (`gateway-embedded`): the whole recording (4.4 s, speech from 0.5 s to 3.4 s) and then
   silence until the reply is done. *First audio* is timed from the frame holding the last speech sample, so the
   VAD's silence wait (500 ms by default) is inside it.
