@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,34 +27,24 @@ METRICS = (
 )
 
 
-def test_smoke_run_measures_floor_and_gateway(tmp_path: Path) -> None:
+def run_bench(tmp_path: Path, levels: dict[str, int], duration_s: int) -> dict[str, Any]:
+    """``duplex-gateway bench`` on ``levels`` (target: callers), a report beside its JSON; the results."""
     out = tmp_path / "bench.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "duplex_gateway",
-        "bench",
-        "--targets",
-        "floor,gateway-echo",
-        "--levels",
-        "floor=2",
-        "--levels",
-        "gateway-echo=2",
-        "--duration",
-        "3",
-        "--barge-in",
-        "0.5",
-        "--json",
-        str(out),
-        "--report",
-        str(tmp_path / "bench.md"),
-        "--quiet",
-        "--fail-on-errors",
-    ]
+    cmd = [sys.executable, "-m", "duplex_gateway", "bench", "--targets", ",".join(levels)]
+    for target, callers in levels.items():
+        cmd += ["--levels", f"{target}={callers}"]
+    cmd += ["--duration", str(duration_s), "--barge-in", "0.5", "--json", str(out)]
+    cmd += ["--report", str(tmp_path / "bench.md"), "--quiet", "--fail-on-errors"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    data = json.loads(out.read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     assert data["skipped"] == {}
+    return data
+
+
+def test_smoke_run_measures_floor_and_gateway(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    data = run_bench(tmp_path, {"floor": 2, "gateway-echo": 2}, 3)
     assert [(r["target"], r["callers"]) for r in data["results"]] == [("floor", 2), ("gateway-echo", 2)]
     for r in data["results"]:
         assert r["connected"] == 2
@@ -98,33 +89,7 @@ def test_smoke_run_measures_floor_and_gateway(tmp_path: Path) -> None:
 
 def test_webrtc_callers_are_measured_against_the_websocket(tmp_path: Path) -> None:
     """Two aiortc callers on ``POST /v1/realtime/calls`` and two on the WebSocket, to the same engine."""
-    out = tmp_path / "bench.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "duplex_gateway",
-        "bench",
-        "--targets",
-        "gateway-echo,gateway-echo-webrtc",
-        "--levels",
-        "gateway-echo=2",
-        "--levels",
-        "gateway-echo-webrtc=2",
-        "--duration",
-        "4",
-        "--barge-in",
-        "0.5",
-        "--json",
-        str(out),
-        "--report",
-        str(tmp_path / "bench.md"),
-        "--quiet",
-        "--fail-on-errors",
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    data = json.loads(out.read_text(encoding="utf-8"))
-    assert data["skipped"] == {}
+    data = run_bench(tmp_path, {"gateway-echo": 2, "gateway-echo-webrtc": 2}, 4)
     webrtc = next(r for r in data["results"] if r["target"] == "gateway-echo-webrtc")
     assert webrtc["connected"] == 2
     assert webrtc["error_count"] == 0, webrtc["errors"]
