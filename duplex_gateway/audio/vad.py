@@ -10,6 +10,8 @@ The turn-taking state machine reading those windows is
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,6 +20,8 @@ from typing import Final, NamedTuple
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CONTEXT_SAMPLES",
@@ -145,6 +149,8 @@ class SileroVadStream:
     def __init__(self, model: SileroVad | None = None) -> None:
         self._model: Final = model if model is not None else SileroVad.shared()
         self._state = np.zeros(_STATE_SHAPE, dtype=np.float32)
+        #: Windows whose result was not finite, after which the state started over.
+        self.state_resets = 0
         # One reusable [1, 576] input: context in the first 64 slots, new window after.
         self._input = np.zeros((1, CONTEXT_SAMPLES + WINDOW_SAMPLES), dtype=np.float32)
         self._pending = np.zeros(0, dtype=np.float32)
@@ -165,9 +171,24 @@ class SileroVadStream:
         inputs = self.take_windows(samples)
         probabilities = []
         for row in range(inputs.shape[0]):
-            probability, self._state = self._model.infer(inputs[row : row + 1], self._state)
-            probabilities.append(probability)
+            probability, state = self._model.infer(inputs[row : row + 1], self._state)
+            probabilities.append(self.advance(probability, state))
         return self.windows_ending(probabilities)
+
+    def advance(self, probability: float, state: npt.NDArray[np.float32]) -> float:
+        """Take one window's result: its probability, and the recurrent state it leaves.
+
+        A result that is not finite is not kept: the state it leaves would make every later
+        window of the session undefined too (a caller the detector never hears again), so the
+        stream starts its state over and the window counts as silence.
+        """
+        if math.isfinite(probability) and np.isfinite(state).all():
+            self._state = state
+            return probability
+        self._state = np.zeros(_STATE_SHAPE, dtype=np.float32)
+        self.state_resets += 1
+        logger.warning("VAD: a window's result was not finite; the stream's state starts over")
+        return 0.0
 
     def take_windows(self, samples: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
         """Buffer ``samples``; the model inputs of the windows they complete, [n, 576], in order.

@@ -115,8 +115,8 @@ class VadBatcher:
             states = np.concatenate([request.stream.state for request in active], axis=1)
             probabilities, next_states = self._model.infer_batch(windows, states)
             for index, request in enumerate(active):
-                request.stream.state = np.ascontiguousarray(next_states[:, index : index + 1, :])
-                request.probabilities.append(float(probabilities[index]))
+                state = np.ascontiguousarray(next_states[:, index : index + 1, :])
+                request.probabilities.append(request.stream.advance(float(probabilities[index]), state))
 
     @staticmethod
     def _deliver(batch: list[_Request], error: Exception | None) -> None:

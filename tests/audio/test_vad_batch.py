@@ -58,3 +58,34 @@ async def test_a_model_failure_fails_the_request_not_the_batcher() -> None:
         assert await batcher.windows(stream, np.zeros(100, dtype=np.float32)) == []
     finally:
         batcher.close()
+
+
+async def test_a_result_that_is_not_finite_starts_the_streams_state_over() -> None:
+    """One undefined window must not leave a session deaf: its state would make every later window NaN."""
+
+    class Flaky(SileroVad):
+        calls = 0
+
+        def infer_batch(self, windows, states):  # type: ignore[no-untyped-def]
+            probabilities, next_states = super().infer_batch(windows, states)
+            Flaky.calls += 1
+            if Flaky.calls == 3:
+                probabilities[:] = np.nan
+                next_states[:] = np.nan
+            return probabilities, next_states
+
+    shared = SileroVad.shared()
+    batcher = VadBatcher(Flaky(shared._session))
+    try:
+        speech = load_speech().astype(np.float32)
+        stream = SileroVadStream(shared)
+        got = []
+        for offset in range(0, speech.size, 512):
+            got.extend(await batcher.windows(stream, speech[offset : offset + 512]))
+        assert stream.state_resets == 1
+        assert got[2].probability == 0.0
+        assert np.isfinite(stream.state).all()
+        # The speech after it is heard as speech again.
+        assert max(w.probability for w in got[3:]) > 0.9
+    finally:
+        batcher.close()
