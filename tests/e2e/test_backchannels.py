@@ -281,6 +281,8 @@ class Trial:
     #: by the time the trial was over.
     turn: bool = False
     committed: bool = False
+    #: How many turns the caller's speech started (a pause inside a clip can end one early).
+    turns: int = 0
 
     @property
     def cancelled(self) -> bool:
@@ -315,7 +317,7 @@ class Trial:
             f"{self.status}: {self.audio_ms:.0f} ms of reply audio, heard to {(self.audible_end - at) * 1000:+.0f}, "
             f"done {(self.done - at) * 1000:+.0f}, speech ended {(self.said_end.at - at) * 1000 if self.said_end else 0:+.0f}, "
             f"speech_started {'-' if self.speech_started is None else f'{(self.speech_started - at) * 1000:+.0f}'}, "
-            f"turn {self.turn}, committed {self.committed}, decisions {self.decided()}"
+            f"turns {self.turns}, committed {self.committed}, decisions {self.decided()}"
         )
 
     @property
@@ -396,34 +398,54 @@ async def reply_with(session: Caller, clip: Overlap | None) -> Trial:
 async def over_replies(session: Caller, clips: tuple[Overlap, ...]) -> tuple[Trial, list[Trial]]:
     """A reference reply with nothing said over it, then one reply per clip, each followed to the turn's end.
 
-    A clip that started a turn is waited on until the turn ends (so the next clip starts from
+    A clip that started a turn is waited on until every turn it started has ended and been
+    committed, and the caller has stayed quiet for :data:`SETTLE_S` (so the next clip starts from
     quiet); one that started none must still have started none after :data:`SETTLE_S` of quiet.
+    A clip may start more than one turn: semantic_vad can end the turn at a pause inside it
+    ("Hang on, ... which address was that?") and the rest is a turn of its own. Moving on after
+    the first turn's commit left the second one open: the next clip then only continued it,
+    with no speech start to hold or cut the next reply (CI saw three trials in a row end so).
     """
     reference = await reply_with(session, None)
     trials = []
     for clip in clips:
         start = session.index()
         trial = await reply_with(session, clip)
-        if session.first(start, lambda e: e.get("type") == "input_audio_buffer.speech_started") is not None:
-            await session.wait(
-                start,
-                lambda e: e.get("type") == "input_audio_buffer.speech_stopped",
-                TURN_END_WAIT_S,
-                "the end of the caller's turn",
-            )
-            # The turn's commit trails its end: it must not land in the next trial's events.
-            await session.wait(
-                start,
-                lambda e: e.get("type") == "input_audio_buffer.committed",
-                TURN_END_WAIT_S,
-                "the caller's turn committed",
-            )
-        else:
-            await session.quiet(SETTLE_S)
+        await settle(session, start)
         trial.turn = bool(session.of(start, "input_audio_buffer.speech_started"))
         trial.committed = bool(session.of(start, "input_audio_buffer.committed"))
+        trial.turns = len(session.of(start, "input_audio_buffer.speech_started"))
         trials.append(trial)
     return reference, trials
+
+
+async def settle(session: Caller, start: int) -> None:
+    """Wait until every turn started since event ``start`` has stopped and been committed, then quiet."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + TURN_END_WAIT_S * 2
+    while True:
+        counts = [
+            len(session.of(start, kind))
+            for kind in (
+                "input_audio_buffer.speech_started",
+                "input_audio_buffer.speech_stopped",
+                "input_audio_buffer.committed",
+            )
+        ]
+        if counts[1] >= counts[0] and counts[2] >= counts[0]:
+            mark = session.index()
+            await session.quiet(SETTLE_S)
+            if session.first(mark, lambda e: e.get("type") == "input_audio_buffer.speech_started") is None:
+                return
+            continue
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise AssertionError(
+                f"{session.name}: turns started/stopped/committed {counts} after {TURN_END_WAIT_S * 2} s"
+            )
+        session._arrived.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(session._arrived.wait(), min(remaining, 0.5))
 
 
 def _ms(value: float | None) -> str:
@@ -434,14 +456,14 @@ def print_table(title: str, reference: Trial, trials: list[Trial]) -> None:
     """One row per clip: its length, the reply's fate, and what the gateway measured."""
     print(f"\n{title} (the reply alone: {reference.status}, {reference.audio_ms:.0f} ms of audio)")
     print(
-        f"{'clip':38} {'ms':>5} {'reply':>9} {'audio':>6} {'turn':>4} {'gaps':>5} {'end':>5} {'pause':>5}  "
+        f"{'clip':38} {'ms':>5} {'reply':>9} {'audio':>6} {'turns':>5} {'gaps':>5} {'end':>5} {'pause':>5}  "
         "overlap.decision (input ms from the clip's first frame)"
     )
     for t in trials:
         assert t.clip is not None
         print(
             f"{t.clip.file[:-5] + ' ' + t.clip.text:38.38} {t.clip.duration_ms:5d} {t.status:>9} "
-            f"{t.audio_ms:6.0f} {'yes' if t.turn else 'no':>4} {t.gaps_ms:5.0f} {_ms(t.audible_end_ms):>5} {_ms(t.paused_end_ms):>5}  "
+            f"{t.audio_ms:6.0f} {t.turns:5d} {t.gaps_ms:5.0f} {_ms(t.audible_end_ms):>5} {_ms(t.paused_end_ms):>5}  "
             f"{t.decided()}"
         )
 
@@ -487,7 +509,9 @@ def measured(gateway: Gateway) -> Measured:
         f"({sum(e > AUDIBLE_END_BOUND_MS for e in ends)}/{len(ends)} over {AUDIBLE_END_BOUND_MS} ms; "
         f"{min(paused):.0f}-{max(paused):.0f} ms for a client that pauses at the hold); "
         f"server_vad: {sum(t.cancelled for t in result.server_backchannels.trials)}/{len(BACKCHANNELS)} "
-        "backchannels cancelled the reply"
+        "backchannels cancelled the reply; "
+        f"{sum(t.turns > 1 for t in result.interruptions.trials)}/{len(INTERRUPTIONS)} interruptions were "
+        "split into more than one turn"
     )
     return result
 
