@@ -80,7 +80,7 @@ class WebRtcRealtimeDialect(RealtimeDialect):
 
     def parse(self, frame: str | bytes) -> tuple[cmd.Command, ...]:
         if isinstance(frame, bytes):
-            # The incoming track, decoded by the transport: the session converts it to its input rate.
+            # The incoming track, decoded by the transport to the session's input format (the engine's rate).
             if not frame:
                 return ()
             fmt = self.input_format
