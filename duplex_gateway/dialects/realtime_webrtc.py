@@ -105,8 +105,9 @@ class WebRtcRealtimeDialect(RealtimeDialect):
             if event.status == "cancelled":
                 self._cut(event.response_id)
         elif isinstance(event, ev.OutputAudioCleared):
-            # The client's output_audio_buffer.clear: the session's event says so, the track stops.
-            self._cut(event.response_id, announce=False)
+            # The client's output_audio_buffer.clear: the track stops. The session's event names
+            # the reply it cancelled; one it had finished making, still playing here, is named by the cut.
+            self._cut(event.response_id, announce=event.response_id is None)
         elif isinstance(event, ev.SessionCreated | ev.SessionUpdated):
             td = event.config.turn_detection
             self._barge_in = td is not None and td.interrupt_response

@@ -12,6 +12,7 @@ import { CaptureClock, LatencyTracker } from './lib/latency.js';
 import { RealtimeClient } from './lib/realtime-client.js';
 import { renderLatency } from './lib/timeline.js';
 import { DEMO_TOOL, runTool } from './lib/tools.js';
+import { WebRTCClient, webrtcSupported } from './lib/webrtc-client.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -22,6 +23,9 @@ const STORAGE_KEY = 'duplex-gateway-demo';
 const IN_RATES = [8000, 16000, 24000, 48000];
 const OUT_RATES = [8000, 16000, 22050, 24000, 44100, 48000];
 const EAGERNESS = ['auto', 'low', 'medium', 'high'];
+/** WebRTC (Opus on media tracks, events on a data channel) unless asked otherwise or not offered. */
+const TRANSPORTS = ['webrtc', 'websocket'];
+const TRANSPORT_NAMES = { webrtc: 'WebRTC', websocket: 'WebSocket' };
 const form = $('settings');
 
 function fillSelect(select, options, value) {
@@ -56,8 +60,28 @@ function initSettingsForm() {
     else field.value = value;
   }
   $('api-key').value = sessionStorage.getItem(`${STORAGE_KEY}:key`) || '';
+  // A link may name the transport (?transport=websocket); it wins over what was saved.
+  const asked = new URLSearchParams(location.search).get('transport');
+  if (TRANSPORTS.includes(asked)) $('transport').value = asked;
+  if (!TRANSPORTS.includes($('transport').value)) $('transport').value = 'webrtc';
+  if (!webrtcSupported()) {
+    $('transport').value = 'websocket';
+    $('transport').querySelector('option[value="webrtc"]').disabled = true;
+  }
   for (const dir of ['in', 'out']) fitRateToFormat(dir);
   syncVadFields();
+  syncTransportFields();
+}
+
+/**
+ * Over WebRTC the audio is Opus on the call's tracks, its rate the browser's and the gateway's to
+ * agree: the wire format fields are the WebSocket's alone.
+ */
+function syncTransportFields() {
+  const rtc = $('transport').value === 'webrtc';
+  for (const id of ['in-format', 'in-rate', 'out-format', 'out-rate', 'frame-ms']) $(id).disabled = rtc;
+  form.classList.toggle('webrtc', rtc);
+  $('format-note').hidden = !rtc;
 }
 
 const isG711 = (name) => name === 'g711_ulaw' || name === 'g711_alaw';
@@ -103,6 +127,7 @@ function readSettings() {
     return Number.isFinite(v) && v > 0 ? v : fallback;
   };
   return {
+    transport: TRANSPORTS.includes($('transport').value) ? $('transport').value : 'webrtc',
     url: $('url').value.trim() || '/v1/realtime',
     apiKey: $('api-key').value,
     device: $('device').value,
@@ -156,6 +181,9 @@ const stats = {
   retryInS: null, // seconds left before the next automatic retry (the countdown shown)
   assistantState: 'idle', // idle | listening | thinking | speaking | paused
   assistantLevel: 0, // the assistant meter, 0-100
+  heardMs: 0, // how long reply audio came out of the page (the assistant meter above zero)
+  transport: null, // of the connection in use: 'webrtc' | 'websocket'
+  rtc: null, // a WebRTC call's own statistics: packets, loss, jitter buffer, round trip
 };
 const errors = [];
 const recentEvents = [];
@@ -261,7 +289,7 @@ const PER_SESSION = {
   samplesPlayed: 0, bufferedMs: 0, underruns: 0, flushes: 0, truncatesSent: 0, acksSent: 0,
   responses: 0, responsesCancelled: 0, turns: 0, lastLatencyMs: null, medianLatencyMs: null,
   framesSent: 0, audioMsSent: 0, heartbeatsSent: 0, silentFramesSent: 0, toolCalls: 0, toolOutputsSent: 0,
-  holds: 0, holdsResumed: 0,
+  holds: 0, holdsResumed: 0, heardMs: 0, rtc: null,
 };
 Object.assign(stats, PER_SESSION);
 // The playback worklet counts from its own start; these are its counts at the last reset.
@@ -307,25 +335,44 @@ function renderLatencyPanel() {
   );
 }
 
-const audio = new AudioIO({ onFrame, onPlayback });
-const client = new RealtimeClient({
+const audio = new AudioIO({ onFrame, onPlayback, onMic: (track) => clients.webrtc.replaceMic(track) });
+const connection = {
   url: () => readSettings().url,
   apiKey: () => readSettings().apiKey,
   onEvent,
   onState,
   onSession,
-});
+};
+/** One client per transport; `client` is the one Connect last used (chosen again at every Connect). */
+const clients = {
+  websocket: new RealtimeClient(connection),
+  webrtc: new WebRTCClient({
+    ...connection,
+    micTrack: () => audio.micTrack(),
+    onTrack: (stream) => audio.playRemote(stream),
+    onStats: onCallStats,
+  }),
+};
+// Set again once the settings form is filled (the transport saved, or asked for in the address).
+let client = clients.webrtc;
+const overWebRTC = () => client === clients.webrtc;
 
 // Every event the page sends goes through client.send: the event log sees them all.
-const sendEvent = client.send.bind(client);
-client.send = (event, ws) => {
-  const ok = sendEvent(event, ws);
-  if (ok) logEvent('out', event);
-  return ok;
-};
+for (const c of Object.values(clients)) {
+  const sendEvent = c.send.bind(c);
+  c.send = (event, ws) => {
+    const ok = sendEvent(event, ws);
+    if (ok) logEvent('out', event);
+    return ok;
+  };
+}
 
 window.__demo = {
   stats,
+  /** The connection's transport, as the page shows it. */
+  get transport() {
+    return client.transport ?? 'websocket';
+  },
   errors,
   events: recentEvents,
   log: eventLog,
@@ -353,7 +400,10 @@ window.__demo = {
       decisions: (r.decisions ?? []).map((d) => ({ ...d })),
       worklet: (r.worklet ?? []).map((w) => ({ ...w })),
     })),
-  client,
+  /** The client of the connection in use (WebSocket or WebRTC). */
+  get client() {
+    return client;
+  },
   audio,
   get muted() {
     return muted;
@@ -425,6 +475,8 @@ function sendSessionUpdate() {
   // The gateway holds a reply for the caller's speech over it under semantic VAD: ask to be told,
   // so playback pauses at the hold rather than playing on until the verdict.
   const include = askLatency ? { include: semantic ? [LATENCY_EVENT, OVERLAP_EVENT] : [LATENCY_EVENT] } : {};
+  // A call's audio formats are its tracks': only a WebSocket session is told which to use.
+  const wire = (format, rate) => (overWebRTC() ? {} : { format: { type: FORMATS[format].ga, rate } });
   client.send({
     type: 'session.update',
     event_id: pendingUpdateId,
@@ -435,12 +487,12 @@ function sendSessionUpdate() {
       ...include,
       audio: {
         input: {
-          format: { type: FORMATS[s.inFormat].ga, rate: s.inRate },
+          ...wire(s.inFormat, s.inRate),
           turn_detection: turnDetection,
           transcription: { model: 'whisper-1' },
         },
         output: {
-          format: { type: FORMATS[s.outFormat].ga, rate: s.outRate },
+          ...wire(s.outFormat, s.outRate),
           voice: s.voice,
         },
       },
@@ -485,13 +537,13 @@ function applySession() {
   const fmt = (f) => `${f.format} ${f.rate / 1000} kHz`;
   $('session-info').textContent = [
     session.engine && `engine ${session.engine}`,
-    `in ${fmt(session.input)}`,
-    `out ${fmt(session.output)}`,
+    ...(overWebRTC() ? ['Opus on WebRTC tracks'] : [`in ${fmt(session.input)}`, `out ${fmt(session.output)}`]),
     ptt ? 'push-to-talk' : td.type === 'semantic_vad' ? `semantic VAD (${td.eagerness ?? 'auto'})` : `VAD ${td.silence_duration_ms ?? ''} ms`,
   ]
     .filter(Boolean)
     .join(' · ');
   streaming = true;
+  syncMicTrack();
   updateControls();
 }
 
@@ -546,6 +598,8 @@ function onFrame(frame) {
   // Muted, or push-to-talk without Talk pressed: the meter shows nothing goes out.
   const silent = muted || (pttMode && !talking);
   showLevel(silent ? 0 : frame.rms);
+  // A call sends the microphone's own track (syncMicTrack): the frames only feed the meter.
+  if (overWebRTC()) return;
   if (!streaming || !client.ready || !session) return;
   // A frame cut before a reconfiguration reached the worklet: drop it.
   if (frame.rate !== session.input.rate || frame.format !== session.input.format) return;
@@ -565,6 +619,26 @@ function onFrame(frame) {
   uncommittedMs += ms;
   stats.framesSent += 1;
   stats.audioMsSent += ms;
+}
+
+/**
+ * A call's microphone track carries the caller only while the page would stream: muted, or
+ * push-to-talk without Talk pressed, it sends silence (a disabled track), as the WebSocket path
+ * sends silent frames.
+ */
+function syncMicTrack() {
+  const track = audio.micTrack();
+  if (!track || !overWebRTC()) return;
+  track.enabled = !muted && !(pttMode && !talking);
+}
+
+/** A WebRTC call's statistics (every second): what went out and what the browser buffers. */
+function onCallStats(rtc) {
+  stats.rtc = rtc;
+  // Browsers send Opus in 20 ms packets.
+  stats.framesSent = rtc.packetsSent;
+  stats.audioMsSent = rtc.packetsSent * 20;
+  if (rtc.jitterBufferMs !== null) stats.jitterTargetMs = rtc.jitterBufferMs;
 }
 
 /** dBFS mapped to 0-100 over a 60 dB range: speech sits in the upper half. */
@@ -655,9 +729,12 @@ let outLevelShown = -1;
 let outMeterRunning = false;
 
 /** The assistant meter follows the played audio once per frame while the audio graph runs. */
-function outputMeter() {
+let meterAt = null;
+function outputMeter(at) {
   const pct = audio.running ? levelPercent(audio.outputLevel()) : 0;
   stats.assistantLevel = pct;
+  if (pct > 0 && meterAt !== null) stats.heardMs += Math.min(100, at - meterAt);
+  meterAt = audio.running ? at : null;
   if (pct !== outLevelShown) {
     outLevelShown = pct;
     const meter = $('out-meter');
@@ -718,7 +795,7 @@ function onAudioDelta(ev) {
 
 function endAudio(ev) {
   const r = responses.get(ev.response_id);
-  if (r && r.audio && !r.ended && !r.fenced) {
+  if (r && r.audio && !r.ended && !r.fenced && !overWebRTC()) {
     r.ended = true;
     audio.end(r.itemId);
   }
@@ -932,7 +1009,9 @@ const HANDLERS = {
     const now = audio.now();
     const endMs = (ev.audio_end_ms ?? 0) - silence;
     if (ev.item_id) view.callerStopped(ev.item_id, endMs - (speechStartMs.get(ev.item_id) ?? endMs));
-    const spokenEnd = captureClock.timeOf(endMs);
+    // A call's audio left as a track the page did not count: the speech ended the silence before
+    // the gateway said so (the uplink's own delay, a few ms nearby, is left out).
+    const spokenEnd = overWebRTC() ? now - silence / 1000 : captureClock.timeOf(endMs);
     latency.turnEnded(spokenEnd ?? now, now, 'vad', { waitKnown });
   },
   'input_audio_buffer.committed': (ev) => {
@@ -971,6 +1050,9 @@ const HANDLERS = {
     if (ev.item?.id && ev.response_id) responseFor(ev.response_id).itemId = ev.item.id;
     onItem(ev);
   },
+  'output_audio_buffer.started': onTrackStarted,
+  'output_audio_buffer.stopped': onTrackStopped,
+  'output_audio_buffer.cleared': onTrackStopped,
   'response.output_audio.delta': onAudioDelta,
   'response.audio.delta': onAudioDelta,
   'response.output_audio.done': endAudio,
@@ -1001,6 +1083,32 @@ const HANDLERS = {
 };
 
 // ---------------------------------------------------------------------------
+// A WebRTC call's reply track: the gateway plays it and says when it starts and stops
+
+function onTrackStarted(ev) {
+  const r = responseFor(ev.response_id);
+  if (r.fenced) return;
+  r.audio = true;
+  r.started = true;
+  const now = audio.now();
+  latency.firstAudio(ev.response_id, now);
+  // What the browser's jitter buffer holds before it plays what arrives.
+  latency.playbackStarted(ev.response_id, now + (stats.rtc?.jitterBufferMs ?? 0) / 1000);
+}
+
+/** Played out (`stopped`), or cut at the gateway (`cleared`, which truncates the item itself). */
+function onTrackStopped(ev) {
+  const r = responses.get(ev.response_id);
+  if (!r || r.finished) return;
+  r.finished = true;
+  r.drained = true;
+  if (ev.type === 'output_audio_buffer.cleared') {
+    r.fenced = true;
+    stats.flushes += 1;
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Held replies: the caller spoke over the assistant (overlap.decision)
 
 /**
@@ -1021,7 +1129,8 @@ function onOverlapDecision(ev) {
       if (r.fenced || r.paused) break;
       r.paused = true;
       stats.holds += 1;
-      audio.pause(id);
+      // A call's track is held by the gateway itself.
+      if (!overWebRTC()) audio.pause(id);
       // The gateway heard the caller: show it, though no turn starts (yet).
       setSpeaking(true);
       break;
@@ -1044,6 +1153,7 @@ function onOverlapDecision(ev) {
 
 function unpause(id, r) {
   r.paused = false;
+  if (overWebRTC()) return;
   audio.resume(id);
   // The held audio comes in a burst after a gap that was the hold, not the network.
   jitter.restart(id);
@@ -1110,6 +1220,12 @@ async function interruptPlayback(reason) {
   // Cut off is cut off: back to listening now, not when the worklet confirms.
   updateAssistantState();
   if (live.length === 0) return false;
+  if (overWebRTC()) {
+    // The gateway stops its track and truncates at what it played (output_audio_buffer.cleared).
+    for (const [, r] of live) r.finished = true;
+    stats.flushes += 1;
+    return true;
+  }
   const result = await audio.flush(reason);
   let cut = false;
   for (const item of result.items) {
@@ -1191,6 +1307,7 @@ function refusalText(r) {
     origin_not_allowed: `This page’s origin (${location.origin}) is not on the gateway’s list of allowed origins (auth.allowed_origins): open the page from an allowed origin, or ask whoever runs the gateway to add it.`,
     rate_limited: `Too many connection attempts from this address: wait ${r.retryAfterS != null ? seconds(r.retryAfterS) : 'a moment'}, then press Retry.`,
     session_limit: `The gateway is full, try again later (press Retry${r.retryAfterS != null ? ` in ${seconds(r.retryAfterS)} or more` : ' in a while'}).`,
+    webrtc_unavailable: 'This gateway takes no WebRTC calls (it was installed without WebRTC): switch Settings › Transport to WebSocket, then press Connect.',
   }[r.code] || 'The gateway refused the connection.';
   const said = r.message ? `The gateway said ${quoteServer(r.message)}` : 'The gateway gave no reason';
   return `${advice} ${said} (HTTP ${r.status} ${client.redact(r.code)}).`;
@@ -1223,8 +1340,10 @@ function connectionStatus(state, d) {
     }
     case 'closed':
       if (d.refusal) return { text: refusalText(d.refusal), kind: 'error' };
+      if (d.call) return { text: callEndedText(d), kind: 'error' };
       return { text: `${closeAdvice(d)} ${serverWords(d)}`, kind: 'error' };
     case 'failed':
+      if (d.transport === 'webrtc') return { text: callFailedText(d), kind: 'error' };
       if (d.problem === 'invalid_url') {
         return { text: 'The Gateway URL is not a valid ws:// or wss:// URL: correct it in Settings, then press Connect.', kind: 'error' };
       }
@@ -1240,6 +1359,30 @@ function connectionStatus(state, d) {
       };
     default:
       return null;
+  }
+}
+
+/** A WebRTC call the gateway ended: its last `error`, if any, says why. */
+function callEndedText(d) {
+  const said = d.error?.message ? ` The gateway said ${quoteServer(d.error.message)} (${client.redact(d.error.code || 'error')}).` : '';
+  return `The gateway ended the call.${said} Press Connect to start a new one.`;
+}
+
+/** A WebRTC call that could not be made or broke, and what to do about it. */
+function callFailedText(d) {
+  const viaWebSocket = 'or switch Settings › Transport to WebSocket';
+  switch (d.problem) {
+    case 'webrtc_url':
+      return `A WebRTC call goes to the Realtime URL (…/v1/realtime), not ${d.url}: correct the Gateway URL in Settings, ${viaWebSocket}.`;
+    case 'unreachable':
+      return `${unreachable(d)} (The call's offer could not be posted.)`;
+    case 'bad_answer':
+      return `The gateway's answer to the call could not be used (${client.redact(d.why ?? '')}): ${viaWebSocket}.`;
+    case 'ice':
+      return `The call's audio connection did not come up: a firewall may block UDP between this browser and the gateway (the gateway's webrtc settings list its addresses, STUN and TURN servers). Press Retry, ${viaWebSocket}.`;
+    case 'lost':
+    default:
+      return 'The call was lost (its audio connection broke). Press Retry to start a new session.';
   }
 }
 
@@ -1381,6 +1524,18 @@ async function refreshSpeakers() {
   if ([...select.options].some((o) => o.value === current)) select.value = current;
 }
 
+/** Which transport the page uses, next to the connection state (and for tests). */
+function showTransport(transport) {
+  stats.transport = transport;
+  const badge = $('transport-badge');
+  badge.textContent = TRANSPORT_NAMES[transport];
+  badge.dataset.transport = transport;
+  badge.title =
+    transport === 'webrtc'
+      ? 'WebRTC: Opus audio on media tracks, events on a data channel (Settings › Transport)'
+      : 'WebSocket: PCM audio and events as JSON messages (Settings › Transport)';
+}
+
 async function stopAudio() {
   streaming = false;
   await audio.stop();
@@ -1400,6 +1555,8 @@ async function toggleConnection() {
   saveSettings();
   notice('');
   const s = readSettings();
+  client = clients[s.transport];
+  showTransport(s.transport);
   try {
     // Started inside the click handler: browsers only let a user gesture start audio.
     await audio.start({
@@ -1418,7 +1575,7 @@ async function toggleConnection() {
   Object.assign(playbackBase, playbackLast);
   startOutputMeter();
   void refreshDevices();
-  appliedConnection = { url: s.url, apiKey: s.apiKey };
+  appliedConnection = { url: s.url, apiKey: s.apiKey, transport: s.transport };
   // Another gateway may offer what the last one did not.
   askLatency = true;
   connectedAt = performance.now();
@@ -1499,14 +1656,21 @@ function exportTranscript(kind) {
 }
 
 function bargeIn() {
-  // barge_in fences the reply at the gateway; the truncate says what was heard.
-  client.send({ type: 'barge_in' });
+  if (overWebRTC()) {
+    // OpenAI's way on a call: the gateway cancels the reply, stops its track and truncates the
+    // item at what it played.
+    client.send({ type: 'output_audio_buffer.clear' });
+  } else {
+    // barge_in fences the reply at the gateway; the truncate says what was heard.
+    client.send({ type: 'barge_in' });
+  }
   void interruptPlayback('user');
 }
 
 function renderStats() {
   const rate = stats.playbackRate || 48000;
-  $('st-played').textContent = `${(stats.samplesPlayed / rate).toFixed(1)} s`;
+  const playedS = overWebRTC() ? stats.heardMs / 1000 : stats.samplesPlayed / rate;
+  $('st-played').textContent = `${playedS.toFixed(1)} s`;
   $('st-target').textContent = `${stats.jitterTargetMs} ms`;
   $('st-buffered').textContent = audio.running ? `${stats.bufferedMs} ms` : '—';
   $('st-underruns').textContent = String(stats.underruns);
@@ -1521,6 +1685,7 @@ function setMuted(on) {
   button.setAttribute('aria-pressed', String(muted));
   $('meter').classList.toggle('muted', muted);
   $('meter-label').textContent = muted ? 'Mic (muted)' : 'Mic';
+  syncMicTrack();
   if (muted) {
     showLevel(0);
     setSpeaking(false);
@@ -1530,8 +1695,15 @@ function setMuted(on) {
 }
 
 /** Push-to-talk: the microphone streams only while Talk is pressed. */
+let talkingSince = null; // performance.now() when Talk was pressed (a call counts its own turn's audio)
 function setTalking(on) {
+  const was = talking;
   talking = Boolean(on) && pttMode && !muted;
+  // A call's audio is the track, so the page counts what a turn holds by how long Talk was down.
+  if (talking && !was) talkingSince = performance.now();
+  if (!talking && was && overWebRTC() && talkingSince !== null) uncommittedMs += performance.now() - talkingSince;
+  if (!talking) talkingSince = null;
+  syncMicTrack();
   $('talk').setAttribute('aria-pressed', String(talking));
   if (!talking) {
     showLevel(0);
@@ -1563,14 +1735,16 @@ function settingsStatus(text, kind = 'ok') {
 /** URL and key are used when connecting: say so when they differ from the live connection's. */
 function reconnectNote() {
   const s = readSettings();
-  if (!appliedConnection || (s.url === appliedConnection.url && s.apiKey === appliedConnection.apiKey)) return '';
-  return ' The Gateway URL and API key take effect on reconnect (Disconnect, then Connect).';
+  const a = appliedConnection;
+  if (!a || (s.url === a.url && s.apiKey === a.apiKey && s.transport === a.transport)) return '';
+  return ' The transport, Gateway URL and API key take effect on reconnect (Disconnect, then Connect).';
 }
 
 // ---------------------------------------------------------------------------
 // Wiring
 
 initSettingsForm();
+client = clients[readSettings().transport];
 $('connect').addEventListener('click', () => void toggleConnection());
 $('retry').addEventListener('click', () => {
   if (client.state === 'reconnecting') client.retryNow();

@@ -207,6 +207,23 @@ def test_the_clients_clear_stops_the_track_with_the_sessions_own_event() -> None
     assert frames == [CLEAR_TRACK]  # said once, by the session's event
 
 
+def test_the_clients_clear_of_a_reply_already_made_names_the_reply_it_cut() -> None:
+    # The engine is done, the track still plays: the session cancels nothing and names no reply,
+    # so the cut says which reply's audio was cleared (OpenAI's event requires the id).
+    dialect = _started()
+    _reply(dialect, 2000)
+    dialect.render(ev.ResponseDone(response_id="r1", status="completed"), seq=4)
+    _run(dialect, 0.0, 0.3)
+    dialect.tick(0.3)
+    assert dialect.render(ev.OutputAudioCleared(response_id=None), seq=5) is None
+    frames, _ = dialect.pump(0.3)
+    assert frames[0] == CLEAR_TRACK
+    cleared = [json.loads(f) for f in frames if isinstance(f, str)]
+    assert [(e["type"], e["response_id"]) for e in cleared] == [("output_audio_buffer.cleared", "r1")]
+    truncate = [c for c in dialect.take_commands() if isinstance(c, cmd.ConversationItemTruncate)]
+    assert [(t.item_id, t.audio_end_ms) for t in truncate] == [("i1", 300)]
+
+
 def test_a_held_reply_resumes_where_it_paused() -> None:
     dialect = _started()
     _reply(dialect, 2000)

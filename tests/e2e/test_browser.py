@@ -65,6 +65,10 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 
+#: The demo page pinned to its WebSocket transport (WebRTC is its default): the tests that read
+#: the WebSocket path's own counters (frames, jitter buffer, truncates, resume) open this.
+WEBSOCKET_DEMO = "/?transport=websocket"
+
 #: What the page knows, for failure messages.
 PAGE_STATE = (
     "({stats: window.__demo.stats, sent: window.__demo.sent, errors: window.__demo.errors,"
@@ -154,16 +158,16 @@ def evaluate_on_page(gateway: Gateway, tmp_path: Path, script: str) -> Any:
     with chromium_page(tmp_path) as page:
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto(gateway.base_url + "/", wait_until="load")
+        page.goto(gateway.base_url + WEBSOCKET_DEMO, wait_until="load")
         result = page.evaluate(script)
     assert errors == [], errors
     return result
 
 
 @contextlib.contextmanager
-def chromium(tmp_path: Path, url: str) -> Iterator[Browser]:
+def chromium(tmp_path: Path, url: str, flags: list[str] | None = None) -> Iterator[Browser]:
     """:func:`chromium_page` showing ``url``; any console error or uncaught exception fails the test."""
-    with chromium_page(tmp_path) as page:
+    with chromium_page(tmp_path, flags=flags) as page:
         browser = Browser(page)
         page.on("console", lambda m: browser.errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda exc: browser.errors.append(f"pageerror: {exc}"))
@@ -212,7 +216,7 @@ def embedded(gateway_factory: GatewayFactory) -> Gateway:
 
 
 def test_voice_chat_page_transcribes_answers_and_is_interrupted(embedded: Gateway, tmp_path: Path) -> None:
-    with chromium(tmp_path, embedded.base_url + "/") as browser:
+    with chromium(tmp_path, embedded.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         _connect(browser)
         assert page.locator("#conn-text").inner_text() == "Connected"
@@ -279,7 +283,7 @@ def echo(gateway_factory: GatewayFactory) -> Gateway:
 
 
 def test_dropped_connection_resumes_the_session_or_starts_a_new_one(echo: Gateway, tmp_path: Path) -> None:
-    with chromium(tmp_path, echo.base_url + "/") as browser:
+    with chromium(tmp_path, echo.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         _connect(browser)
         first = page.evaluate("window.__demo.client.sessionId")
@@ -364,7 +368,7 @@ DSP_CHECK = """async () => {
 def test_page_resampler_and_codecs(echo: Gateway, tmp_path: Path) -> None:
     from tests.e2e.helpers import decode as reference_decode
 
-    with chromium(tmp_path, echo.base_url + "/") as browser:
+    with chromium(tmp_path, echo.base_url + WEBSOCKET_DEMO) as browser:
         result = browser.page.evaluate(DSP_CHECK)
         # Reference check of the wire bytes: the page's G.711 and PCM16 decode like the test helpers'.
         wire = browser.page.evaluate(

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.helpers import Gateway, GatewayFactory
-from tests.e2e.test_browser import _connect, _disconnect, open_settings
+from tests.e2e.test_browser import WEBSOCKET_DEMO, _connect, _disconnect, open_settings
 from tests.e2e.test_browser_ui import PHONE, UiBrowser, _no_sideways_scroll, ui_browser
 
 pytestmark = pytest.mark.e2e
@@ -83,7 +83,7 @@ def _wait_reply(browser: UiBrowser, at_least: int = 1) -> None:
 
 
 def test_dark_theme_follows_the_system_and_stays_readable(echo: Gateway, tmp_path: Path) -> None:
-    with ui_browser(tmp_path, echo.base_url + "/") as browser:
+    with ui_browser(tmp_path, echo.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         page.emulate_media(color_scheme="light")
         light = _colors(page)
@@ -115,7 +115,7 @@ AXE_RUN = """async () => {
 def test_axe_finds_no_serious_violation_in_light_and_dark(echo: Gateway, tmp_path: Path) -> None:
     # make test installs it; its absence is a broken set-up, not a reason to skip the check.
     assert AXE.exists(), f"axe-core is not installed: run `npm ci --prefix tests/browser` (looked for {AXE})"
-    with ui_browser(tmp_path, echo.base_url + "/") as browser:
+    with ui_browser(tmp_path, echo.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         page.add_script_tag(path=str(AXE))
         _connect(browser)
@@ -149,7 +149,7 @@ def test_axe_finds_no_serious_violation_in_light_and_dark(echo: Gateway, tmp_pat
 
 
 def test_abilities_line_says_what_the_echo_engine_does(echo: Gateway, tmp_path: Path) -> None:
-    with ui_browser(tmp_path, echo.base_url + "/") as browser:
+    with ui_browser(tmp_path, echo.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         assert page.locator("#abilities").is_hidden()
         _connect(browser)
@@ -175,7 +175,7 @@ def test_abilities_line_says_what_the_echo_engine_does(echo: Gateway, tmp_path: 
 
 
 def test_event_log_records_both_ways_elides_audio_and_filters(echo: Gateway, tmp_path: Path) -> None:
-    with ui_browser(tmp_path, echo.base_url + "/") as browser:
+    with ui_browser(tmp_path, echo.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         _connect(browser)
         _wait_reply(browser)
@@ -234,7 +234,7 @@ def test_event_log_records_both_ways_elides_audio_and_filters(echo: Gateway, tmp
 
 
 def test_typed_message_instructions_export_and_clear(echo: Gateway, tmp_path: Path) -> None:
-    with ui_browser(tmp_path, echo.base_url + "/") as browser:
+    with ui_browser(tmp_path, echo.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         assert page.locator("#text-input").is_disabled()
         _connect(browser)
@@ -327,7 +327,7 @@ def test_typed_message_instructions_export_and_clear(echo: Gateway, tmp_path: Pa
 
 
 def test_volume_sets_the_playback_gain(echo: Gateway, tmp_path: Path) -> None:
-    with ui_browser(tmp_path, echo.base_url + "/") as browser:
+    with ui_browser(tmp_path, echo.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         _connect(browser)
         gain = "window.__demo.audio.gain.gain.value"
@@ -358,7 +358,7 @@ def test_volume_sets_the_playback_gain(echo: Gateway, tmp_path: Path) -> None:
 
 
 def test_phone_fits_the_new_panels(echo: Gateway, tmp_path: Path) -> None:
-    with ui_browser(tmp_path, echo.base_url + "/", PHONE, mobile=True) as browser:
+    with ui_browser(tmp_path, echo.base_url + WEBSOCKET_DEMO, PHONE, mobile=True) as browser:
         page = browser.page
         _connect(browser)
         browser.wait("!document.getElementById('abilities').hidden", 5, "the abilities line")

@@ -37,6 +37,7 @@ from tests.e2e import test_browser
 from tests.e2e.helpers import Gateway, GatewayFactory
 from tests.e2e.test_browser import (
     MIC_RATE,
+    WEBSOCKET_DEMO,
     _connect,
     _disconnect,
     chromium_page,
@@ -164,7 +165,7 @@ def _timeline(browser: UiBrowser) -> list[str]:
 def test_backchannel_pauses_the_reply_and_it_resumes_whole(
     embedded: Gateway, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with backchannel_browser(tmp_path, embedded.base_url + "/", monkeypatch) as browser:
+    with backchannel_browser(tmp_path, embedded.base_url + WEBSOCKET_DEMO, monkeypatch) as browser:
         page = browser.page
         sent = browser.sent_events
         _choose_semantic_vad(page)

@@ -41,6 +41,7 @@ import yaml
 from tests.e2e.helpers import PYTHON, REPO, Gateway, GatewayFactory, free_port, gateway_env
 from tests.e2e.test_browser import (
     CHROMIUM_FLAGS,
+    WEBSOCKET_DEMO,
     Browser,
     _connect,
     _disconnect,
@@ -271,7 +272,10 @@ def test_gateway_serves_https_and_wss_for_remote_browsers(tmp_path: Path) -> Non
         # A browser on another machine: https to a name that is not localhost is a secure context.
         flags = ("--host-resolver-rules=MAP gw.test 127.0.0.1",)
         with browser_at(
-            tmp_path, f"https://gw.test:{port}/", extra_flags=flags, ignore_https_errors=True
+            tmp_path,
+            f"https://gw.test:{port}/?transport=websocket",
+            extra_flags=flags,
+            ignore_https_errors=True,
         ) as browser:
             assert browser.page.evaluate("window.isSecureContext") is True
             assert browser.page.locator("#connect").is_enabled()
@@ -287,7 +291,7 @@ def test_gateway_serves_https_and_wss_for_remote_browsers(tmp_path: Path) -> Non
 def test_blocked_microphone_says_to_allow_it(echo_gateway: Gateway, tmp_path: Path) -> None:
     with browser_at(
         tmp_path,
-        echo_gateway.base_url + "/",
+        echo_gateway.base_url + WEBSOCKET_DEMO,
         fake_permission_ui=False,
         extra_flags=("--deny-permission-prompts",),
     ) as browser:
@@ -322,7 +326,7 @@ def test_wrong_api_key_shows_the_servers_message_and_is_not_retried(
     # read (its WebSocket just fails, close 1006): the page asks GET /v1/auth/check with the same key
     # and shows what the gateway says there.
     gw = gateway_factory.start({"auth": {"api_keys": [RIGHT_KEY]}}, name="auth")
-    with browser_at(tmp_path, gw.base_url + "/", allowed_errors=BROWSER_REFUSAL) as browser:
+    with browser_at(tmp_path, gw.base_url + WEBSOCKET_DEMO, allowed_errors=BROWSER_REFUSAL) as browser:
         page = browser.page
         _set_api_key(page, WRONG_KEY)
         page.get_by_role("button", name="Connect").click()
@@ -345,7 +349,7 @@ def test_api_key_with_space_slash_and_equals_is_accepted(
     gateway_factory: GatewayFactory, tmp_path: Path
 ) -> None:
     gw = gateway_factory.start({"auth": {"api_keys": [ODD_KEY]}}, name="auth")
-    with browser_at(tmp_path, gw.base_url + "/") as browser:
+    with browser_at(tmp_path, gw.base_url + WEBSOCKET_DEMO) as browser:
         _set_api_key(browser.page, ODD_KEY)
         _connect(browser)
         assert browser.page.locator("#status-bar").is_hidden()
@@ -391,7 +395,7 @@ def test_full_gateway_says_try_later_and_is_not_retried(
     gw = gateway_factory.start({"limits": {"max_sessions": 1}}, name="full")
     with connect(gw.ws_url + "/v1/realtime", open_timeout=5) as held:
         assert json.loads(held.recv(timeout=5))["type"] == "session.created"
-        with browser_at(tmp_path, gw.base_url + "/") as browser:
+        with browser_at(tmp_path, gw.base_url + WEBSOCKET_DEMO) as browser:
             page = browser.page
             page.get_by_role("button", name="Connect").click()
             browser.wait("window.__demo.stats.state === 'closed'", 15, "closed by the gateway")
@@ -416,7 +420,9 @@ def test_full_gateway_says_try_later_and_is_not_retried(
 
 def test_unreachable_url_counts_down_offers_retry_and_stops(echo_gateway: Gateway, tmp_path: Path) -> None:
     nowhere = f"ws://127.0.0.1:{free_port()}/v1/realtime"
-    with browser_at(tmp_path, echo_gateway.base_url + "/", allowed_errors=BROWSER_WS_FAILURE) as browser:
+    with browser_at(
+        tmp_path, echo_gateway.base_url + WEBSOCKET_DEMO, allowed_errors=BROWSER_WS_FAILURE
+    ) as browser:
         page = browser.page
         open_settings(page)
         page.fill("#url", nowhere)
@@ -463,7 +469,9 @@ BROWSER_GATEWAY_GONE = re.compile(
 def test_stopped_gateway_is_said_to_be_unreachable_not_a_busy_microphone(
     echo_gateway: Gateway, tmp_path: Path
 ) -> None:
-    with browser_at(tmp_path, echo_gateway.base_url + "/", allowed_errors=BROWSER_GATEWAY_GONE) as browser:
+    with browser_at(
+        tmp_path, echo_gateway.base_url + WEBSOCKET_DEMO, allowed_errors=BROWSER_GATEWAY_GONE
+    ) as browser:
         page = browser.page
         echo_gateway.stop()  # the page stays open, as after Ctrl-C on the gateway
         page.get_by_role("button", name="Connect").click()

@@ -27,7 +27,14 @@ from typing import Any
 import pytest
 
 from tests.e2e.helpers import Gateway, GatewayFactory
-from tests.e2e.test_browser import DESKTOP, _connect, _disconnect, chromium_page, open_settings
+from tests.e2e.test_browser import (
+    DESKTOP,
+    WEBSOCKET_DEMO,
+    _connect,
+    _disconnect,
+    chromium_page,
+    open_settings,
+)
 from tests.e2e.test_browser_ui import UiBrowser, _apply
 
 pytestmark = pytest.mark.e2e
@@ -234,7 +241,7 @@ def embedded(gateway_factory: GatewayFactory) -> Gateway:
 
 
 def test_embedded_turn_states_meter_and_recognition_reply_speech(embedded: Gateway, tmp_path: Path) -> None:
-    with state_browser(tmp_path, embedded.base_url + "/") as browser:
+    with state_browser(tmp_path, embedded.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         assert page.locator("#assistant-state").inner_text() == "not connected"
         _connect(browser)
@@ -271,7 +278,7 @@ def echo(gateway_factory: GatewayFactory) -> Gateway:
 
 
 def test_echo_turn_shows_one_engine_stage_and_apply_keeps_asking(echo: Gateway, tmp_path: Path) -> None:
-    with state_browser(tmp_path, echo.base_url + "/") as browser:
+    with state_browser(tmp_path, echo.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         _connect(browser)
         _wait_full_turn(browser, 40)
@@ -315,7 +322,7 @@ BOGUS_INCLUDE = """() => {
 def test_without_a_breakdown_the_panel_shows_the_pages_own_figure(
     how: str, echo: Gateway, tmp_path: Path
 ) -> None:
-    with state_browser(tmp_path, echo.base_url + "/") as browser:
+    with state_browser(tmp_path, echo.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         browser.js(DROP_LATENCY if how == "no_event" else BOGUS_INCLUDE)
         _connect(browser)

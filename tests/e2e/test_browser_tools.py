@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.helpers import Gateway, GatewayFactory
-from tests.e2e.test_browser import DESKTOP, _disconnect, open_settings
+from tests.e2e.test_browser import DESKTOP, WEBSOCKET_DEMO, _disconnect, open_settings
 from tests.e2e.test_browser_a11y import AXE, AXE_RUN, _contrast, _luminance
 from tests.e2e.test_browser_ui import PHONE, UiBrowser, _no_sideways_scroll, ui_browser
 
@@ -134,7 +134,7 @@ def _calls(browser: ToolsBrowser) -> list[dict[str, Any]]:
 
 
 def test_demo_tool_is_called_run_in_the_page_and_its_result_spoken(embedded: Gateway, tmp_path: Path) -> None:
-    with tools_browser(tmp_path, embedded.base_url + "/") as browser:
+    with tools_browser(tmp_path, embedded.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         _connect_push_to_talk(browser)
         # The engine says it calls functions; the line under the header says so.
@@ -268,7 +268,7 @@ def test_demo_tool_is_called_run_in_the_page_and_its_result_spoken(embedded: Gat
 
 def test_tool_row_fits_a_phone_in_the_dark_and_passes_axe(embedded: Gateway, tmp_path: Path) -> None:
     assert AXE.exists(), f"axe-core is not installed: run `npm ci --prefix tests/browser` (looked for {AXE})"
-    with tools_browser(tmp_path, embedded.base_url + "/", PHONE, mobile=True) as browser:
+    with tools_browser(tmp_path, embedded.base_url + WEBSOCKET_DEMO, PHONE, mobile=True) as browser:
         page = browser.page
         page.emulate_media(color_scheme="dark")
         # Kept like the other settings: saved with Apply, still on after a reload.

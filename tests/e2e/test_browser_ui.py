@@ -33,6 +33,7 @@ import pytest
 from tests.e2e.helpers import Gateway, GatewayFactory
 from tests.e2e.test_browser import (
     DESKTOP,
+    WEBSOCKET_DEMO,
     Browser,
     _connect,
     _disconnect,
@@ -149,7 +150,7 @@ def _no_sideways_scroll(page: Any) -> None:
 
 
 def test_phone_layout_wraps_keeps_connect_and_status_on_screen(echo: Gateway, tmp_path: Path) -> None:
-    with ui_browser(tmp_path, echo.base_url + "/", PHONE, mobile=True) as browser:
+    with ui_browser(tmp_path, echo.base_url + WEBSOCKET_DEMO, PHONE, mobile=True) as browser:
         page = browser.page
         assert page.evaluate("innerWidth") == PHONE["width"]
         _no_sideways_scroll(page)
@@ -193,7 +194,7 @@ def test_phone_layout_wraps_keeps_connect_and_status_on_screen(echo: Gateway, tm
 def test_mute_flattens_meter_ends_the_turn_and_outlives_the_idle_timeout(
     echo: Gateway, tmp_path: Path
 ) -> None:
-    with ui_browser(tmp_path, echo.base_url + "/") as browser:
+    with ui_browser(tmp_path, echo.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         _connect(browser)
         mute = page.locator("#mute")
@@ -251,7 +252,7 @@ def test_mute_flattens_meter_ends_the_turn_and_outlives_the_idle_timeout(
 def test_push_to_talk_switch_clears_stale_state_and_streams_only_while_talking(
     echo: Gateway, tmp_path: Path
 ) -> None:
-    with ui_browser(tmp_path, echo.base_url + "/") as browser:
+    with ui_browser(tmp_path, echo.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         _connect(browser)
         open_settings(page)
@@ -314,7 +315,7 @@ def test_push_to_talk_switch_clears_stale_state_and_streams_only_while_talking(
 
 
 def test_settings_confirm_apply_live_offer_engine_voices_and_g711_rate(echo: Gateway, tmp_path: Path) -> None:
-    with ui_browser(tmp_path, echo.base_url + "/") as browser:
+    with ui_browser(tmp_path, echo.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         open_settings(page)
         assert _apply(browser, "Saved") == "Saved. Used when you connect."
@@ -380,7 +381,7 @@ BARGE_ON_FIRST_AUDIO = """() => {
 
 
 def test_hint_goes_counters_restart_and_cut_reply_shows_what_was_heard(echo: Gateway, tmp_path: Path) -> None:
-    with ui_browser(tmp_path, echo.base_url + "/") as browser:
+    with ui_browser(tmp_path, echo.base_url + WEBSOCKET_DEMO) as browser:
         page = browser.page
         assert page.locator("#empty-hint").is_visible()
         _connect(browser)

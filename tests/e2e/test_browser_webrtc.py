@@ -5,6 +5,9 @@ The page (``tests/e2e/pages/openai_webrtc.html``) is served by a plain HTTP serv
 server does. Debian's Chromium, with a fake microphone looping the speech fixture, posts its
 offer cross-origin (a CORS preflight first), talks and is answered on the track. Every packet
 stays on 127.0.0.1 (``--allow-loopback-in-peer-connection``); any console error fails the test.
+
+The demo page, at its defaults, makes the same call: it converses with the embedded engine over
+WebRTC, says so, and is cut off by its looping microphone at the gateway.
 """
 
 from __future__ import annotations
@@ -22,7 +25,15 @@ from typing import Any
 import pytest
 
 from tests.e2e.helpers import Gateway, GatewayFactory
-from tests.e2e.test_browser import CHROMIUM_FLAGS, Browser, chromium_page
+from tests.e2e.test_browser import (
+    CHROMIUM_FLAGS,
+    Browser,
+    _connect,
+    _disconnect,
+    _wait_sessions,
+    chromium,
+    chromium_page,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -111,3 +122,63 @@ def test_openais_browser_snippet_converses_from_another_origin(gateway: Gateway,
         assert "response.output_audio.delta" not in types
         assert page.evaluate("window.__failed") is None
     assert browser.errors == [], browser.errors
+
+
+# ---------------------------------------------------------------------------------------
+# The demo page, which calls over WebRTC by default
+
+
+@pytest.fixture
+def embedded_demo(gateway_factory: GatewayFactory) -> Gateway:
+    return gateway_factory.start(
+        {
+            "engine": {"name": "embedded"},
+            "limits": {"max_sessions": 2},
+            "webrtc": {"host_addresses": ["127.0.0.1"]},
+        },
+        name="webrtc-demo",
+    )
+
+
+def test_the_demo_page_converses_over_webrtc_by_default(embedded_demo: Gateway, tmp_path: Path) -> None:
+    flags = [*CHROMIUM_FLAGS, "--allow-loopback-in-peer-connection"]
+    with chromium(tmp_path, embedded_demo.base_url + "/", flags=flags) as browser:
+        page = browser.page
+        _connect(browser)
+        # It says which transport it uses, and it is WebRTC: the microphone is the call's track.
+        assert page.locator("#transport-badge").inner_text() == "WebRTC"
+        assert page.evaluate("window.__demo.transport") == "webrtc"
+        assert "Opus" in page.locator("#session-info").inner_text()
+
+        browser.wait(
+            "window.__demo.transcript().some(e => e.role === 'user' && e.final && /weather/i.test(e.text))",
+            40,
+            "final caller transcript with 'weather'",
+        )
+        # The reply plays on the gateway's track and comes out of the page.
+        browser.wait(
+            "window.__demo.events.some(e => e.type === 'output_audio_buffer.started')", 30, "reply track"
+        )
+        browser.wait("window.__demo.stats.heardMs > 300", 20, "reply audio heard")
+        browser.wait("window.__demo.stats.lastLatencyMs > 0", 10, "latency measurement")
+        assert page.locator("#timeline .turn").count() >= 1
+
+        # The looping microphone talks over a reply: the gateway stops its track and truncates the
+        # item at what it played, with no truncate from the page.
+        browser.wait(
+            "window.__demo.events.some(e => e.type === 'output_audio_buffer.cleared')"
+            " && window.__demo.events.some(e => e.type === 'conversation.item.truncated')",
+            40,
+            "barge-in: track cleared and item truncated by the gateway",
+        )
+        browser.wait(
+            "document.querySelector('#transcript .msg.assistant.interrupted') !== null", 5, "cut bubble"
+        )
+
+        sent = page.evaluate("window.__demo.sent")
+        assert "input_audio_buffer.append" not in sent and "conversation.item.truncate" not in sent, sent
+        rtc = page.evaluate("window.__demo.stats.rtc")
+        assert rtc is not None and rtc["packetsSent"] > 50 and rtc["packetsReceived"] > 50, rtc
+        assert page.evaluate("window.__demo.errors") == []
+        _disconnect(browser)
+    _wait_sessions(embedded_demo, 0, 10)

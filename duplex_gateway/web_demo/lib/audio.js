@@ -4,6 +4,10 @@
 // both AudioContext seconds, so turn latency is a plain subtraction with no
 // cross-clock mapping. The context runs at the device's native rate; both
 // worklets convert to and from the session's wire rates themselves.
+//
+// Over WebRTC the reply arrives as a media track, already decoded and paced by
+// the browser: it joins the same graph in place of the playback worklet, so the
+// volume, the speaker picker and the assistant meter work the same either way.
 
 const WORKLETS = ['capture-processor.js', 'playback-processor.js'];
 
@@ -21,10 +25,14 @@ export class AudioIO {
    * @param {object} handlers
    * @param {(frame: object) => void} handlers.onFrame    encoded mic frame ready
    * @param {(msg: object) => void}   handlers.onPlayback  playback worklet report
+   * @param {(track: MediaStreamTrack) => void} [handlers.onMic]  another microphone was opened
    */
-  constructor({ onFrame, onPlayback }) {
+  constructor({ onFrame, onPlayback, onMic = () => {} }) {
     this.onFrame = onFrame;
     this.onPlayback = onPlayback;
+    this.onMic = onMic;
+    this.remote = null; // the reply track's source node (WebRTC)
+    this.remoteSink = null; // the muted element that keeps the reply track flowing
     this.ctx = null;
     this.stream = null;
     this.source = null;
@@ -100,6 +108,35 @@ export class AudioIO {
     this.stream = stream;
     this.source = this.ctx.createMediaStreamSource(stream);
     this.source.connect(this.capture);
+    this.onMic(stream.getAudioTracks()[0]);
+  }
+
+  /** The microphone's track (what a WebRTC call sends), or null before start. */
+  micTrack() {
+    return this.stream?.getAudioTracks()[0] ?? null;
+  }
+
+  /**
+   * Play a WebRTC call's reply track through the page's graph (meter, volume, speaker). Chrome
+   * only pulls a remote track into Web Audio while a media element also plays it, so a muted
+   * element holds it.
+   */
+  playRemote(stream) {
+    if (!this.ctx) return;
+    this.stopRemote();
+    this.remoteSink = new Audio();
+    this.remoteSink.muted = true;
+    this.remoteSink.srcObject = stream;
+    void this.remoteSink.play().catch(() => {});
+    this.remote = this.ctx.createMediaStreamSource(stream);
+    this.remote.connect(this.analyser);
+  }
+
+  stopRemote() {
+    if (this.remote) this.remote.disconnect();
+    if (this.remoteSink) this.remoteSink.srcObject = null;
+    this.remote = null;
+    this.remoteSink = null;
   }
 
   closeMic() {
@@ -218,6 +255,7 @@ export class AudioIO {
 
   async stop() {
     this.closeMic();
+    this.stopRemote();
     const ctx = this.ctx;
     this.ctx = null;
     this.capture = null;

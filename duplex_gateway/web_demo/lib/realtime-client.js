@@ -135,6 +135,16 @@ export async function checkRefusal(socketUrl, key, timeoutMs = AUTH_CHECK_TIMEOU
   }
 }
 
+/** `text` with `key` masked, as typed and in each form it travels in (a subprotocol, a query). */
+export function redactKey(text, key) {
+  let out = String(text ?? '');
+  if (!key) return out;
+  for (const secret of [keyToken(key), encodeURIComponent(key), key]) {
+    if (secret.length >= 3) out = out.split(secret).join('•••');
+  }
+  return out;
+}
+
 /** The URL without its query and credentials, fit to show (a key may ride in `?api_key=`). */
 export function displayUrl(url) {
   try {
@@ -252,13 +262,7 @@ export class RealtimeClient {
 
   /** Mask the API key (as typed and as sent) wherever `text` might carry it. */
   redact(text) {
-    let out = String(text ?? '');
-    const key = this.apiKey().trim();
-    if (!key) return out;
-    for (const secret of [keyProtocol(key).slice(KEY_PROTOCOL.length), encodeURIComponent(key), key]) {
-      if (secret.length >= 3) out = out.split(secret).join('•••');
-    }
-    return out;
+    return redactKey(text, this.apiKey().trim());
   }
 
   open(resume) {
