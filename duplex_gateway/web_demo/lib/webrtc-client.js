@@ -129,6 +129,7 @@ export class WebRTCClient {
     this.channel = null;
     this.sender = null;
     this.callId = null;
+    this.lastJitter = null;
     if (channel) channel.onclose = channel.onmessage = null;
     if (pc) {
       pc.onconnectionstatechange = pc.ontrack = null;
@@ -274,7 +275,7 @@ export class WebRTCClient {
 
   async readStats(pc) {
     if (pc !== this.pc) return;
-    const out = { packetsSent: 0, packetsReceived: 0, packetsLost: 0, jitterBufferMs: null, roundTripMs: null };
+    const out = { packetsSent: 0, packetsReceived: 0, packetsLost: 0, jitterBufferMs: null, jitterTargetMs: null, roundTripMs: null };
     try {
       const report = await pc.getStats();
       report.forEach((s) => {
@@ -282,9 +283,16 @@ export class WebRTCClient {
         if (s.type === 'inbound-rtp' && s.kind === 'audio') {
           out.packetsReceived = s.packetsReceived ?? 0;
           out.packetsLost = s.packetsLost ?? 0;
-          if (s.jitterBufferEmittedCount > 0) {
-            out.jitterBufferMs = Math.round((s.jitterBufferDelay / s.jitterBufferEmittedCount) * 1000);
+          // Over the last reading, not since the call began: the buffer adapts as the network does.
+          const last = this.lastJitter;
+          const emitted = (s.jitterBufferEmittedCount ?? 0) - (last?.emitted ?? 0);
+          if (emitted > 0) {
+            out.jitterBufferMs = Math.round((((s.jitterBufferDelay ?? 0) - (last?.delay ?? 0)) / emitted) * 1000);
           }
+          if (s.jitterBufferTargetDelay !== undefined && s.jitterBufferEmittedCount > 0) {
+            out.jitterTargetMs = Math.round((s.jitterBufferTargetDelay / s.jitterBufferEmittedCount) * 1000);
+          }
+          this.lastJitter = { emitted: s.jitterBufferEmittedCount ?? 0, delay: s.jitterBufferDelay ?? 0 };
         }
         if (s.type === 'candidate-pair' && s.nominated && s.currentRoundTripTime !== undefined) {
           out.roundTripMs = Math.round(s.currentRoundTripTime * 1000);
