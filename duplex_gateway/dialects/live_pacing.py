@@ -37,6 +37,8 @@ __all__ = [
 LEAD_MS = 100.0
 #: The most audio one paced frame carries.
 CHUNK_MS = 40.0
+#: How often, in played audio, the session hears how much of the reply the caller has heard.
+ACK_EVERY_MS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,8 @@ class LivePlayout:
         self._sent_ms = 0.0
         #: Sending is held while caller speech over the reply is judged (a backchannel, or a barge-in).
         self._held = False
+        #: The reply and played ms the session was last told of (:meth:`acknowledge`).
+        self._acked: tuple[str, int] | None = None
 
     def queue(self, response_id: str, item_id: str, audio: bytes) -> None:
         """Reply audio (in the session's output format) to play after what is queued."""
@@ -123,6 +127,21 @@ class LivePlayout:
         response_id, item_id = self._current
         return Heard(response_id, item_id, max(0, round(self._sent_ms - unplayed_ms)))
 
+    def acknowledge(self, now: float) -> Heard | None:
+        """What the caller has heard by ``now``, when the session is due to be told (None: not yet).
+
+        Due every :data:`ACK_EVERY_MS` of a reply's playout, and at once for a reply not told of
+        before: often enough for a cut to land where the caller is, few enough to cost nothing.
+        """
+        heard = self.heard(now)
+        if heard is None:
+            return None
+        acked = self._acked[1] if self._acked and self._acked[0] == heard.response_id else -ACK_EVERY_MS
+        if heard.played_ms - acked < ACK_EVERY_MS:
+            return None
+        self._acked = (heard.response_id, heard.played_ms)
+        return heard
+
     @property
     def ends_at(self) -> float | None:
         """When everything sent so far will have played (None: nothing sent since the last clear)."""
@@ -147,9 +166,6 @@ class LivePlayout:
         self._held = False
         return cut
 
-
-#: How often, in played audio, the session hears how much of the reply the caller has heard.
-ACK_EVERY_MS = 200
 
 #: What a session started with Responses delegation is told: the gateway hands no work to a backend.
 RESPONSES_HERE = ctx.Notice(
@@ -194,7 +210,6 @@ class PacedLiveDialect(LiveDialect):
         self._playout: LivePlayout | None = None
         self._now = 0.0
         self._commands: list[cmd.Command] = []
-        self._acked: tuple[str, int] | None = None
         self._audio_frames = 0
         #: Frames of the dialect's own to go out with the next pump (an ``info`` after ``session.started``).
         self._own: list[Frame] = []
@@ -209,8 +224,9 @@ class PacedLiveDialect(LiveDialect):
                 self._playout = LivePlayout(setup.audio_format)
             self._playout.queue(event.response_id, event.item_id, event.audio)
             return None  # sent by pump(), in real time
-        cancelled = isinstance(event, ev.ResponseDone) and event.status == "cancelled"
-        if cancelled or isinstance(event, ev.OutputAudioCleared):
+        if isinstance(event, ev.ResponseDone) and event.status == "cancelled":
+            self._cut(cancelled=event.response_id)
+        elif isinstance(event, ev.OutputAudioCleared):
             self._cut()
         elif isinstance(event, ev.SessionCreated | ev.SessionUpdated):
             td = event.config.turn_detection
@@ -247,39 +263,53 @@ class PacedLiveDialect(LiveDialect):
         playing = self._playout.playing_reply(self._now) if self._playout is not None else None
         return playing is not None and playing not in self._view.replies
 
-    def _cut(self) -> None:
-        cut = self._playout.clear(self._now) if self._playout is not None else None
+    def _cut(self, *, cancelled: str | None = None) -> Heard | None:
+        """Drop the reply audio not sent yet; truncate the reply's item at what the caller heard.
+
+        ``cancelled``: the reply the session cancelled, whose item is truncated even when none of
+        it is playing any more: a reply held while the caller's speech over it was judged has
+        played out its lead by the time the verdict cancels it, and the session is yet to hear
+        how much of it was played since the last acknowledgement.
+        """
+        playout = self._playout
+        if playout is None:
+            return None
+        heard = playout.heard(self._now)
+        cut = playout.clear(self._now)
+        if cut is None and heard is not None and heard.response_id == cancelled:
+            cut = heard
         if cut is not None:
             self._commands.append(
                 cmd.ConversationItemTruncate(item_id=cut.item_id, content_index=0, audio_end_ms=cut.played_ms)
             )
+        return cut
+
+    def _audio_frame(self, audio: bytes) -> Frame:
+        """A piece of reply audio due now, as the client gets it: a ``session.output_audio.delta``."""
+        self._audio_frames += 1
+        wire = {
+            "type": "session.output_audio.delta",
+            "event_id": f"event_audio_{self._audio_frames}",
+            "delta": base64.b64encode(audio).decode("ascii"),
+        }
+        return json.dumps(wire, separators=(",", ":"))
 
     def pump(self, now: float) -> tuple[list[Frame], float | None]:
-        """The reply audio due at ``now`` as ``session.output_audio.delta`` frames, and when to ask again."""
+        """The reply audio due at ``now`` (see :meth:`_audio_frame`), and when to ask again."""
         self._now = now
         frames, self._own = self._own, []
         frames.extend(self.own_frames())
         if self._playout is None:
             return frames, None
         due, wake = self._playout.due(now)
-        for _, audio in due:
-            self._audio_frames += 1
-            wire = {
-                "type": "session.output_audio.delta",
-                "event_id": f"event_audio_{self._audio_frames}",
-                "delta": base64.b64encode(audio).decode("ascii"),
-            }
-            frames.append(json.dumps(wire, separators=(",", ":")))
-        heard = self._playout.heard(now)
+        frames.extend(self._audio_frame(audio) for _, audio in due)
+        heard = self._playout.acknowledge(now)
         if heard is not None:
-            acked = self._acked[1] if self._acked and self._acked[0] == heard.response_id else -ACK_EVERY_MS
-            if heard.played_ms - acked >= ACK_EVERY_MS:
-                self._acked = (heard.response_id, heard.played_ms)
-                self._commands.append(
-                    cmd.PlaybackAck(
-                        response_id=heard.response_id, item_id=heard.item_id, played_ms=heard.played_ms
-                    )
+            self._commands.append(
+                cmd.PlaybackAck(
+                    response_id=heard.response_id, item_id=heard.item_id, played_ms=heard.played_ms
                 )
+            )
         return frames, wake
 
     def tick(self, now: float) -> None:

@@ -177,6 +177,23 @@ def test_a_held_reply_cut_by_a_barge_in_is_truncated_at_what_was_heard_before_th
     assert dialect.pump(1.2) == ([], None)
 
 
+def test_a_reply_whose_audio_the_session_held_is_truncated_at_what_played_when_it_is_cut() -> None:
+    """A reply made as it plays: on a pause the session holds the engine's audio, not the dialect,
+    so nothing of it is playing when the verdict cancels it; what played still reaches the session."""
+    dialect = _started()
+    dialect.tick(0.0)
+    dialect.render(ev.AudioDelta(response_id="r1", item_id="i1", audio=_ms(500), rate=24_000), seq=2)
+    sent, _ = _pump_until(dialect, 0.0, 0.45)
+    dialect.tick(0.45)
+    dialect.render(_decision("pause"), seq=3)
+    _pump_until(dialect, 0.45, 1.0)
+    dialect.take_commands()
+    dialect.tick(1.0)
+    dialect.render(ev.ResponseDone(response_id="r1", status="cancelled", reason="turn_detected"), seq=4)
+    truncate = [c for c in dialect.take_commands() if isinstance(c, cmd.ConversationItemTruncate)]
+    assert sent == 500 and [(t.item_id, t.audio_end_ms) for t in truncate] == [("i1", 500)]
+
+
 def test_the_lead_is_small() -> None:
     assert LEAD_MS <= 150  # what a caller may hear after a barge-in, beyond the detection's own delay
 
