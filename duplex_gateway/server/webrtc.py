@@ -9,6 +9,10 @@ as a WebSocket: :class:`CallSocket` is the :class:`~duplex_gateway.vocabulary.fr
 reads and writes, the dialect (:mod:`duplex_gateway.dialects.realtime_webrtc`) paces the reply
 onto the track. This module is only the I/O: SDP, ICE, the tracks' frames.
 
+The Live API's ``POST /v1/live/sessions`` (:mod:`duplex_gateway.server.live_calls`) answers its
+offers with the same calls (:meth:`WebRtcCalls.accept`): its events come on whichever data
+channel the client opens first, and its session starts with what the POST carried.
+
 Networks: ICE offers host candidates on ``webrtc.host_addresses`` (127.0.0.1 included when
 listed, which aioice leaves out by itself) or on every interface; ``webrtc.ice_servers`` adds
 STUN and TURN. A call whose connection is not up within ``webrtc.connect_timeout_s`` is ended and
@@ -38,6 +42,8 @@ from duplex_gateway.server.webrtc_jitter import LossTolerantJitterBuffer, tolera
 
 __all__ = [
     "CALLS_PATH",
+    "EVENTS_CHANNEL",
+    "AnsweredCall",
     "BadCall",
     "CallRequest",
     "CallSocket",
@@ -51,7 +57,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The data channel OpenAI's clients open for the events.
+#: The data channel OpenAI's Realtime clients open for the events (the Live API names none).
 EVENTS_CHANNEL = "oai-events"
 #: The track's frames: 20 ms, as browsers send Opus.
 FRAME_SAMPLES = MEDIA_RATE // 50
@@ -228,8 +234,9 @@ class CallSocket:
     """A WebRTC call as the socket a :class:`~duplex_gateway.host.connection.Connection` serves.
 
     ``receive`` gives the data channel's text messages and the incoming track's audio (bytes,
-    PCM16 mono at 48 kHz) in the order they came; ``send_text`` writes the data channel (waiting
-    for it to open), ``send_bytes`` the outgoing track. The end of the connection is a disconnect.
+    PCM16 mono at the session's input rate) in the order they came; ``send_text`` writes the data
+    channel (waiting for it to open), ``send_bytes`` the outgoing track. The end of the connection
+    is a disconnect.
     """
 
     def __init__(
@@ -240,12 +247,23 @@ class CallSocket:
         open_timeout_s: float,
         send_timeout_s: float,
         input_rate: int = MEDIA_RATE,
+        events_channel: str | None = EVENTS_CHANNEL,
+        opening: str | None = None,
     ) -> None:
-        """``input_rate``: the rate the caller's track is decoded to (the engine's input rate)."""
+        """``input_rate``: the rate the caller's track is decoded to (the engine's input rate).
+
+        ``events_channel``: the label of the data channel that carries the events (None: the
+        first one the client opens, whatever its label, as the Live API has it). ``opening``: a
+        client event the session reads before anything the call brings (the Live API's
+        ``session.start``, which the POST carried).
+        """
         self._pc = pc
         self.reply_track = reply_track
         self.input_rate = input_rate
+        self._events_channel = events_channel
         self._inbox: asyncio.Queue[MutableMapping[str, Any]] = asyncio.Queue(_INBOX_FRAMES)
+        if opening is not None:
+            self._inbox.put_nowait({"type": "websocket.receive", "text": opening})
         self._channel: Any = None
         self._opened = asyncio.Event()
         self._ended: int | None = None
@@ -260,9 +278,14 @@ class CallSocket:
     # the peer connection's callbacks
 
     def attach_channel(self, channel: Any) -> None:
-        """The client's data channel: its messages are the session's events."""
-        if channel.label != EVENTS_CHANNEL or self._channel is not None:
-            logger.info("data channel %r ignored (events come on %r)", channel.label, EVENTS_CHANNEL)
+        """The client's data channel: its messages are the session's events (one channel a call)."""
+        wanted = self._events_channel
+        if self._channel is not None or (wanted is not None and channel.label != wanted):
+            logger.info(
+                "data channel %r ignored (events come on %r)",
+                channel.label,
+                wanted if self._channel is None else self._channel.label,
+            )
             return
         self._channel = channel
 
@@ -399,6 +422,14 @@ CallServer = Callable[[CallSocket, str], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
+class AnsweredCall:
+    """An offer answered: the call's id and the SDP answer (the call is then served)."""
+
+    call_id: str
+    sdp: str
+
+
+@dataclass(frozen=True, slots=True)
 class IceServer:
     """A STUN or TURN server offered to ICE (``webrtc.ice_servers``)."""
 
@@ -436,10 +467,36 @@ class WebRtcCalls:
     async def answer(
         self, sdp: str, serve: CallServer, *, input_rate: int = MEDIA_RATE, output_rate: int = MEDIA_RATE
     ) -> Response:
-        """The response to an offer: ``201`` with the SDP answer, the call then served by ``serve``.
+        """The response to a Realtime offer: ``201`` with the SDP answer, the call then served by ``serve``.
 
         ``input_rate`` / ``output_rate``: the PCM16 rates the tracks are decoded to and encoded
         from for the session (the engine's: no second conversion in the session).
+        """
+        answered = await self.accept(sdp, serve, input_rate=input_rate, output_rate=output_rate)
+        if not isinstance(answered, AnsweredCall):
+            return answered
+        return Response(
+            answered.sdp,
+            status_code=201,
+            media_type="application/sdp",
+            headers={"Location": f"{CALLS_PATH}/{answered.call_id}"},
+        )
+
+    async def accept(
+        self,
+        sdp: str,
+        serve: CallServer,
+        *,
+        input_rate: int = MEDIA_RATE,
+        output_rate: int = MEDIA_RATE,
+        call_id: str | None = None,
+        events_channel: str | None = EVENTS_CHANNEL,
+        opening: str | None = None,
+    ) -> AnsweredCall | Response:
+        """Answer an offer and serve the call with ``serve``; or the error response refusing it.
+
+        ``call_id``: the id to serve it under (None: a new ``rtc_...``). ``events_channel`` and
+        ``opening``: as :class:`CallSocket` takes them. The endpoint frames the answer.
         """
         if not webrtc_available():
             return unavailable()
@@ -453,6 +510,8 @@ class WebRtcCalls:
             open_timeout_s=self._connect_timeout_s,
             send_timeout_s=self._send_timeout_s,
             input_rate=input_rate,
+            events_channel=events_channel,
+            opening=opening,
         )
         pc.on("datachannel", socket.attach_channel)
         pc.on("track", socket.attach_track)
@@ -477,17 +536,12 @@ class WebRtcCalls:
         except Exception as exc:  # noqa: BLE001 - aiortc raises many kinds for a bad offer
             await pc.close()
             return call_error(400, "invalid_offer", f"the SDP offer was refused: {exc}")
-        call_id = "rtc_" + secrets.token_hex(12)
+        call_id = call_id or "rtc_" + secrets.token_hex(12)
         task = asyncio.get_running_loop().create_task(
             self._run(call_id, socket, serve), name=f"webrtc:{call_id}"
         )
         self._calls[call_id] = (task, socket)
-        return Response(
-            pc.localDescription.sdp,
-            status_code=201,
-            media_type="application/sdp",
-            headers={"Location": f"{CALLS_PATH}/{call_id}"},
-        )
+        return AnsweredCall(call_id=call_id, sdp=pc.localDescription.sdp)
 
     def _configuration(self) -> Any:
         from aiortc import RTCConfiguration, RTCIceServer
@@ -545,9 +599,8 @@ def unavailable() -> Response:
 
 def call_error(status: int, code: str, message: str) -> Response:
     """An OpenAI-shaped error response of the calls endpoint."""
-    return JSONResponse(
-        {"error": {"type": "invalid_request_error", "code": code, "message": message}}, status
-    )
+    error = {"type": "invalid_request_error", "code": code, "message": message, "param": None}
+    return JSONResponse({"error": error}, status)
 
 
 def _offer_host_addresses(addresses: Sequence[str]) -> None:
