@@ -35,7 +35,7 @@ import base64
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from duplex_gateway.dialects.live_backend import (
     BackendDelegations,
@@ -43,7 +43,7 @@ from duplex_gateway.dialects.live_backend import (
     BackendRequest,
     BackendResult,
 )
-from duplex_gateway.dialects.live_commands import PARSERS, LiveState
+from duplex_gateway.dialects.live_commands import PARSERS, LiveState, Parser
 from duplex_gateway.dialects.live_errors import (
     INVALID_VALUE,
     LiveProtocolError,
@@ -83,6 +83,8 @@ CLOSE_REASONS: Mapping[str, str] = {
     "max_duration": "expired",
     "server_shutdown": "remote_hangup",
     "remote_hangup": "remote_hangup",
+    # POST /v1/live/sessions/{session_id}/hangup: the application hung the call up.
+    "hangup_requested": "remote_hangup",
 }
 
 
@@ -127,6 +129,9 @@ class LiveDialect:
     voice engine does the delegated work itself.
     """
 
+    #: The client events this dialect takes, each with its parser (a transport may take some differently).
+    parsers: ClassVar[Mapping[str, Parser]] = PARSERS
+
     def __init__(
         self, *, session_id: str, expires_at: int, max_message_bytes: int, backend: str | None = None
     ) -> None:
@@ -155,11 +160,11 @@ class LiveDialect:
                 raise missing("type")
             if not isinstance(kind, str):
                 raise wrong_type("type", "a string", kind)
-            parser = PARSERS.get(kind)
+            parser = self.parsers.get(kind)
             if parser is None:
                 raise refuse(
                     INVALID_VALUE,
-                    f"Invalid value: '{kind[:100]}'. Supported values are: {quote_list(sorted(PARSERS))}.",
+                    f"Invalid value: '{kind[:100]}'. Supported values are: {quote_list(sorted(self.parsers))}.",
                     param="type",
                 )
             return parser(data, event_id, self.state)

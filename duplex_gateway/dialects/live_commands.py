@@ -40,7 +40,7 @@ from duplex_gateway.vocabulary.commands import (
     SessionUpdate,
 )
 
-__all__ = ["CONTEXT_CHANNELS", "MUTES", "PARSERS", "LiveState"]
+__all__ = ["CONTEXT_CHANNELS", "MUTES", "PARSERS", "LiveState", "Parser"]
 
 #: The three context-append channels, by client event type.
 CONTEXT_CHANNELS: Mapping[str, str] = {
@@ -84,7 +84,8 @@ class LiveState:
         return int(self.timeline_ms)
 
 
-_Parser = Callable[[Mapping[str, object], str | None, LiveState], tuple[Command, ...]]
+#: One client event type's parser: the event, its ``event_id``, the connection's state -> commands.
+Parser = Callable[[Mapping[str, object], str | None, LiveState], tuple[Command, ...]]
 
 
 def _envelope(data: Mapping[str, object], *fields: str) -> None:
@@ -279,7 +280,7 @@ def _session_close(data: Mapping[str, object], event_id: str | None, state: Live
     return (SessionClose(event_id=event_id, reason="close_requested"),)
 
 
-PARSERS: Mapping[str, _Parser] = {
+PARSERS: Mapping[str, Parser] = {
     "session.start": _session_start,
     "session.update": _session_update,
     "session.input_audio.append": _audio_append,

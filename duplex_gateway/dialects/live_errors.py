@@ -40,6 +40,7 @@ __all__ = [
     "read_object",
     "read_str",
     "refuse",
+    "unknown",
     "wrong_type",
 ]
 

@@ -15,6 +15,7 @@ import pytest
 from duplex_gateway.dialects import (
     base,
     fields,
+    live_webrtc,
     realtime_commands,
     realtime_items,
     realtime_tools,
@@ -68,7 +69,7 @@ def _imports(module: ModuleType) -> set[str]:
 
 @pytest.mark.parametrize(
     "module",
-    [realtime_commands, realtime_items, realtime_tools, realtime_webrtc, fields, base],
+    [realtime_commands, realtime_items, realtime_tools, realtime_webrtc, live_webrtc, fields, base],
     ids=lambda m: m.__name__,
 )
 def test_dialect_module_is_pure(module: ModuleType) -> None:
@@ -80,7 +81,7 @@ def test_dialect_module_is_pure(module: ModuleType) -> None:
 def test_every_dialect_module_is_held_to_purity() -> None:
     # A module added to the package later must join a purity test, here or in test_realtime.py.
     checked = {"realtime", "realtime_session", "realtime_commands", "realtime_items", "realtime_tools"}
-    checked |= {"realtime_webrtc"}
+    checked |= {"realtime_webrtc", "live_webrtc"}
     checked |= {"fields", "base", "__init__"}
     # held to it in test_live.py
     checked |= {"live", "live_backend", "live_commands", "live_errors", "live_pacing", "live_session"}
