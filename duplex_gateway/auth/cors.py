@@ -1,4 +1,6 @@
-"""CORS for the endpoints a page on another origin calls with ``fetch``: ``POST /v1/realtime/calls``.
+"""CORS for the endpoints a page on another origin calls with ``fetch``: the WebRTC offers.
+
+Those are ``POST /v1/realtime/calls`` (an SDP body) and ``POST /v1/live/sessions`` (JSON).
 
 A browser posts a WebRTC offer with an ``Authorization`` header and an ``application/sdp`` body,
 so it first asks with a preflight ``OPTIONS``; then it lets the page read the answer (and its
@@ -10,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from duplex_gateway.auth.policy import CALLS_PATH, OriginPolicy
+from duplex_gateway.auth.policy import CALLS_PATH, LIVE_SESSIONS_PATH, OriginPolicy
 
 __all__ = ["CORS_PATHS", "Preflight", "cors_headers", "is_cors_path", "preflight"]
 
 #: Paths a cross-origin page may call (the path, and everything under it).
-CORS_PATHS = (CALLS_PATH,)
+CORS_PATHS = (CALLS_PATH, LIVE_SESSIONS_PATH)
 _ALLOWED_METHODS = "POST, OPTIONS"
 _ALLOWED_HEADERS = frozenset({"authorization", "content-type", "openai-beta", "openai-organization"})
 #: How long a browser may keep a preflight's answer (seconds).

@@ -20,6 +20,7 @@ __all__ = [
     "AUTH_CHECK_PATH",
     "CLIENT_SECRETS_PATH",
     "HTTP_RULES",
+    "LIVE_SESSIONS_PATH",
     "Denial",
     "Open",
     "OriginPolicy",
@@ -30,6 +31,9 @@ __all__ = [
 CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
 #: ``POST /v1/realtime/calls``: a WebRTC call's SDP offer (its ``/{call_id}/...`` are telephony's).
 CALLS_PATH = "/v1/realtime/calls"
+#: ``POST /v1/live/sessions``: a Live API WebRTC session's offer (``WS`` on the same path: the
+#: Live WebSocket); its ``/{session_id}/hangup`` is hanging a call up, as under ``CALLS_PATH``.
+LIVE_SESSIONS_PATH = "/v1/live/sessions"
 #: ``GET /v1/auth/check?scope=realtime``: what a WebSocket handshake with these credentials would
 #: get, as HTTP a browser can read (a refused handshake shows a page script nothing).
 AUTH_CHECK_PATH = "/v1/auth/check"
@@ -49,6 +53,7 @@ _SCOPE_NAMES = frozenset(scope.value for scope in Scope)
 HTTP_RULES: tuple[tuple[str, Scope], ...] = (
     (CLIENT_SECRETS_PATH, Scope.CLIENT_SECRETS),
     ("/v1/realtime/calls", Scope.TELEPHONY),
+    (LIVE_SESSIONS_PATH, Scope.TELEPHONY),
     ("/admin", Scope.ADMIN),
     # What the gateway is doing (session counts, key names in refusals) is an operator's business.
     ("/metrics", Scope.ADMIN),
@@ -79,8 +84,9 @@ def requirement(
     if path == AUTH_CHECK_PATH:
         name = query.get("scope", Scope.REALTIME.value)
         return Scope(name) if name in _SCOPE_NAMES else Scope.REALTIME
-    if path == CALLS_PATH:
-        return Scope.REALTIME  # a WebRTC call is a Realtime session (a browser's client secret opens it)
+    if path in (CALLS_PATH, LIVE_SESSIONS_PATH):
+        # A WebRTC call is a session, as its WebSocket twin is (a browser's client secret opens it).
+        return Scope.REALTIME
     for prefix, scope in http_rules:
         if path == prefix or path.startswith(prefix + "/"):
             return scope

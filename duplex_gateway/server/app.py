@@ -23,6 +23,7 @@ from duplex_gateway.auth import AuthMiddleware, Denial, Gate, Principal, auth_ro
 from duplex_gateway.auth.principal import PrincipalKind, Scope
 from duplex_gateway.config import GatewaySettings
 from duplex_gateway.dialects.live_pacing import PacedLiveDialect
+from duplex_gateway.dialects.live_webrtc import WebRtcLiveDialect, opening_event
 from duplex_gateway.dialects.realtime import RealtimeDialect
 from duplex_gateway.dialects.realtime_session import parse_session_patch, session_payload
 from duplex_gateway.dialects.realtime_webrtc import MEDIA_FORMAT, WebRtcRealtimeDialect
@@ -33,8 +34,16 @@ from duplex_gateway.host.delegation import ResponsesBackend, backend_settings
 from duplex_gateway.host.resumption import ResumeRegistry, new_session_id
 from duplex_gateway.ops.metrics import CONTENT_TYPE, GatewayMetrics
 from duplex_gateway.ops.recording import Recordings
+from duplex_gateway.server.live_calls import (
+    LIVE_SESSIONS_PATH,
+    RefusedLiveCall,
+    live_call_answer,
+    read_live_call,
+)
 from duplex_gateway.server.webrtc import (
     CALLS_PATH,
+    MAX_SDP_BYTES,
+    AnsweredCall,
     BadCall,
     CallSocket,
     IceServer,
@@ -234,11 +243,7 @@ class _Gateway:
                 config=self.defaults,
             ),
         )
-        self.connections.add(connection)
-        try:
-            await connection.serve()
-        finally:
-            self.connections.discard(connection)
+        await self._serve_connection(connection)
         start = dialect.start
         if start is not None and start.call_id and not dialect.ended and connection.closed_by_server:
             # The gateway ended the call. Closing the stream ends most calls; the carrier's REST
@@ -257,22 +262,29 @@ class _Gateway:
 
     async def hang_up_call(self, request: Request) -> Response:
         """``POST /v1/realtime/calls/{call_id}/hangup`` (OpenAI's): end a live call."""
-        call_id = request.path_params["call_id"]
-        connection = next((c for c in self.connections if call_id in (c.call_id, c.session_id)), None)
-        if connection is None:
-            return JSONResponse({"error": {"code": "not_found", "message": "no live call with that id"}}, 404)
-        connection.end("hangup_requested")
+        if not self._hang_up(request.path_params["call_id"]):
+            return _no_such_call()
         return JSONResponse({}, 200)
 
-    async def answer_call(self, request: Request) -> Response:
-        """``POST /v1/realtime/calls`` (OpenAI's WebRTC interface): answer the offer, then serve the call.
+    async def hang_up_live_session(self, request: Request) -> Response:
+        """``POST /v1/live/sessions/{session_id}/hangup`` (OpenAI's): end a live call; no body back."""
+        return (
+            Response(status_code=200) if self._hang_up(request.path_params["session_id"]) else _no_such_call()
+        )
 
-        A ``session`` sent with the offer (multipart) applies over the client secret's, before
-        the first event; a bad one refuses the call (400), as a bad offer does.
-        """
+    def _hang_up(self, call_id: str) -> bool:
+        """End the live call ``call_id`` names (a call id or a session id); False: there is none."""
+        connection = next((c for c in self.connections if call_id in (c.call_id, c.session_id)), None)
+        if connection is None:
+            return False
+        connection.end("hangup_requested")
+        return True
+
+    def _refuse_offer(self) -> Response | None:
+        """Why a WebRTC offer is refused before it is read (None: it is not), with the codes a
+        WebSocket's error event carries."""
         if not webrtc_available():
             return unavailable()
-        # Refused before an answer is made, with the codes a WebSocket's error event carries.
         if self.shutting_down or self.registry.draining:
             return call_error(503, "server_shutting_down", "the gateway is shutting down; connect again")
         if self.registry.count >= self.registry.max_sessions:
@@ -281,6 +293,30 @@ class _Gateway:
                 "session_limit",
                 f"the gateway is at its limit of {self.registry.max_sessions} sessions; try again later",
             )
+        return None
+
+    def _on_the_tracks(self, defaults: SessionConfig) -> SessionConfig:
+        """``defaults`` with the formats a call's tracks are decoded to and encoded from.
+
+        PCM16 at the engine's own rates: the transport's libswresample converts with under a
+        millisecond held back, where the session's soxr would hold back ~20 ms each way.
+        """
+        engine = self.engine.capabilities
+        return replace(
+            defaults,
+            input_format=replace(MEDIA_FORMAT, rate=engine.input_rate),
+            output_format=replace(MEDIA_FORMAT, rate=engine.output_rate),
+        )
+
+    async def answer_call(self, request: Request) -> Response:
+        """``POST /v1/realtime/calls`` (OpenAI's WebRTC interface): answer the offer, then serve the call.
+
+        A ``session`` sent with the offer (multipart) applies over the client secret's, before
+        the first event; a bad one refuses the call (400), as a bad offer does.
+        """
+        refused = self._refuse_offer()
+        if refused is not None:
+            return refused
         try:
             call = await read_call_request(request)
         except BadCall as exc:
@@ -295,18 +331,56 @@ class _Gateway:
                 defaults = _with_session(defaults, call.session)
         except ProtocolError as exc:
             return call_error(400, exc.code.value, f"session: {exc.message}")
-        # The tracks' Opus is decoded to, and encoded from, PCM16 at the engine's own rates: the
-        # transport's libswresample converts with under a millisecond held back, where the
-        # session's soxr would hold back ~20 ms each way.
-        engine = self.engine.capabilities
-        media_in = replace(MEDIA_FORMAT, rate=engine.input_rate)
-        media_out = replace(MEDIA_FORMAT, rate=engine.output_rate)
-        defaults = replace(defaults, input_format=media_in, output_format=media_out)
+        defaults = self._on_the_tracks(defaults)
 
         async def serve(socket: CallSocket, call_id: str) -> None:
             await self._serve_webrtc(socket, call_id, defaults, principal)
 
-        return await self.calls.answer(call.sdp, serve, input_rate=media_in.rate, output_rate=media_out.rate)
+        return await self.calls.answer(
+            call.sdp, serve, input_rate=defaults.input_format.rate, output_rate=defaults.output_format.rate
+        )
+
+    async def open_live_call(self, request: Request) -> Response:
+        """``POST /v1/live/sessions`` (OpenAI's Live API over WebRTC): start the session, answer the offer.
+
+        The body's ``session`` is the session's ``session.start`` (a bad one refuses the offer
+        with the error that event would get); the Live events then travel on the first data
+        channel the client opens, the audio on the tracks (see :mod:`duplex_gateway.server.live_calls`).
+        """
+        refused = self._refuse_offer()
+        if refused is not None:
+            return refused
+        try:
+            limit = self.settings.limits.max_message_bytes + MAX_SDP_BYTES
+            call = await read_live_call(request, max_bytes=limit)
+        except RefusedLiveCall as exc:
+            return exc.response()
+        session_id = new_session_id(self.settings.server.node_id)
+        principal = request.scope.get("auth")
+        principal = principal if isinstance(principal, Principal) else None
+        defaults = self.defaults
+        if principal is not None and principal.session:
+            try:  # a client secret's session, as on the Live WebSocket; the POST's applies over it
+                defaults = _with_session(defaults, principal.session)
+            except ProtocolError as exc:
+                logger.warning("session %s: client secret's session not applied: %s", session_id, exc.message)
+        defaults = self._on_the_tracks(defaults)
+
+        async def serve(socket: CallSocket, call_id: str) -> None:
+            await self._serve_live_webrtc(socket, session_id, defaults, principal)
+
+        answered = await self.calls.accept(
+            call.sdp,
+            serve,
+            input_rate=defaults.input_format.rate,
+            output_rate=defaults.output_format.rate,
+            call_id=session_id,  # the Live API names a call by its session: hang-ups use that id
+            events_channel=None,  # OpenAI names no label for the Live events' channel
+            opening=opening_event(call.session),
+        )
+        if not isinstance(answered, AnsweredCall):
+            return answered
+        return live_call_answer(session_id, answered.sdp)
 
     async def _serve_webrtc(
         self, socket: CallSocket, call_id: str, defaults: SessionConfig, principal: Principal | None
@@ -339,6 +413,47 @@ class _Gateway:
                 endpoint={"path": CALLS_PATH, "query": {}, "beta": False},
             ),
         )
+        await self._serve_connection(connection)
+
+    async def _serve_live_webrtc(
+        self, socket: CallSocket, session_id: str, defaults: SessionConfig, principal: Principal | None
+    ) -> None:
+        limits = self.settings.limits
+        await self._serve_connection(
+            Connection(
+                socket,
+                session_id=session_id,
+                engine=self.engine,
+                settings=self.settings,
+                defaults=defaults,
+                registry=self.registry,
+                handshake=Handshake.DUPLEX,  # the session.start the POST carried opens it
+                dialect=WebRtcLiveDialect(
+                    session_id=session_id,
+                    call_id=session_id,
+                    expires_at=int(time.time() + limits.max_session_s),
+                    max_message_bytes=limits.max_message_bytes,
+                    backend=self.backend.model if self.backend is not None else None,
+                    input_format=defaults.input_format,
+                    output_format=defaults.output_format,
+                ),
+                backend=self.backend,
+                resumes=None,  # the Live API has no resume, and a media connection none either
+                metrics=self.metrics,
+                dialect_name="live-webrtc",
+                recorder=self.recordings.start(
+                    session_id,
+                    principal=principal,
+                    engine=self.engine.capabilities,
+                    dialect="live-webrtc",
+                    config=defaults,
+                    endpoint={"path": LIVE_SESSIONS_PATH, "query": {}, "beta": False},
+                ),
+            )
+        )
+
+    async def _serve_connection(self, connection: Connection) -> None:
+        """Serve ``connection`` as one of the gateway's (hang-ups, observers, shutdown find it)."""
         self.connections.add(connection)
         try:
             await connection.serve()
@@ -395,11 +510,7 @@ class _Gateway:
                 endpoint=_endpoint(websocket, beta),
             ),
         )
-        self.connections.add(connection)
-        try:
-            await connection.serve()
-        finally:
-            self.connections.discard(connection)
+        await self._serve_connection(connection)
 
     async def live(self, websocket: WebSocket) -> None:
         """``/v1/live/sessions``: OpenAI's full-duplex Live API; its ``session.start`` opens the session.
@@ -448,11 +559,7 @@ class _Gateway:
                 endpoint=_endpoint(websocket, False),
             ),
         )
-        self.connections.add(connection)
-        try:
-            await connection.serve()
-        finally:
-            self.connections.discard(connection)
+        await self._serve_connection(connection)
 
     async def close_all(self, timeout_s: float = 5.0) -> None:
         """Tell every live session the gateway is going away and wait for them to close."""
@@ -570,6 +677,10 @@ def _endpoint(websocket: WebSocket, beta: bool) -> dict[str, object]:
     return {"path": websocket.url.path, "query": query, "beta": beta}
 
 
+def _no_such_call() -> Response:
+    return JSONResponse({"error": {"code": "not_found", "message": "no live call with that id"}}, 404)
+
+
 def _live_tasks() -> int:
     """Tasks alive in the running loop (0 outside one: a scrape always runs inside it)."""
     try:
@@ -609,6 +720,8 @@ def create_app(settings: GatewaySettings, engine: port.Engine) -> Starlette:
         *webhook_routes(settings),
         Route(CALLS_PATH, gateway.answer_call, methods=["POST"]),
         Route("/v1/realtime/calls/{call_id}/hangup", gateway.hang_up_call, methods=["POST"]),
+        Route(LIVE_SESSIONS_PATH, gateway.open_live_call, methods=["POST"]),
+        Route(LIVE_SESSIONS_PATH + "/{session_id}/hangup", gateway.hang_up_live_session, methods=["POST"]),
         WebSocketRoute("/v1/realtime", gateway.realtime),
         WebSocketRoute("/v1/duplex", gateway.duplex),
         WebSocketRoute("/v1/live/sessions", gateway.live),

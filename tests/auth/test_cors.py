@@ -22,8 +22,9 @@ ASK = {
 }
 
 
-def test_only_the_calls_endpoint_answers_pages_on_other_origins() -> None:
+def test_only_the_offers_endpoints_answer_pages_on_other_origins() -> None:
     assert is_cors_path("/v1/realtime/calls") and is_cors_path("/v1/realtime/calls/rtc_1/hangup")
+    assert is_cors_path("/v1/live/sessions") and is_cors_path("/v1/live/sessions/sess_1/hangup")
     assert not is_cors_path("/v1/realtime") and not is_cors_path("/v1/realtime/client_secrets")
 
 

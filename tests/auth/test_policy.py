@@ -26,6 +26,9 @@ from duplex_gateway.vocabulary.errors import ErrorCode
         ("http", "/telephony/twilio/voice", {}, Open.CARRIER),
         ("http", "/v1/realtime/client_secrets", {}, Scope.CLIENT_SECRETS),
         ("http", "/v1/realtime/calls/CA1/hangup", {}, Scope.TELEPHONY),
+        ("websocket", "/v1/live/sessions", {}, Scope.REALTIME),
+        ("http", "/v1/live/sessions", {}, Scope.REALTIME),  # a Live WebRTC offer: a session, as its WebSocket
+        ("http", "/v1/live/sessions/sess_1/hangup", {}, Scope.TELEPHONY),
         ("http", "/admin/backends", {}, Scope.ADMIN),
         ("http", "/admin", {}, Scope.ADMIN),
         ("http", "/administrator", {}, Open.PUBLIC),

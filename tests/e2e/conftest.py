@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.helpers import _RUNNING, GatewayFactory
+from tests.e2e.helpers import _RUNNING, Gateway, GatewayFactory
 
 
 @pytest.fixture
@@ -24,6 +24,18 @@ def gateway_factory(tmp_path: Path) -> Iterator[GatewayFactory]:
     factory = GatewayFactory(tmp_path)
     yield factory
     factory.close()
+
+
+@pytest.fixture
+def webrtc_gateway(gateway_factory: GatewayFactory) -> Gateway:
+    """A gateway with ``echo`` whose ICE offers 127.0.0.1, and this process's ICE offering it too."""
+    # aiortc is the webrtc extra: imported only where a test calls over WebRTC.
+    from tests.e2e.webrtc_client import offer_loopback
+
+    offer_loopback()
+    return gateway_factory.start(
+        {"server": {"web_demo": False}, "webrtc": {"host_addresses": ["127.0.0.1"]}}, name="webrtc-echo"
+    )
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,10 @@
 
 It opens a peer connection with one audio track (a microphone playing PCM in real time, 20 ms a
 frame, silence between what it is given to say), creates the ``oai-events`` data channel, posts
-its SDP offer to ``/v1/realtime/calls`` and sets the answer. It records every data channel event
-and every 20 ms of the remote track, each with the loop time it arrived.
+its SDP offer to ``/v1/realtime/calls`` and sets the answer (:meth:`Caller.connect`; or
+:meth:`Caller.offer` and :meth:`Caller.answered` around a POST of the test's own, as the Live
+API's is). It records every data channel event and every 20 ms of the remote track, each with
+the loop time it arrived.
 """
 
 from __future__ import annotations
@@ -19,14 +21,28 @@ import aioice.ice
 import av
 import httpx2
 import numpy as np
+import numpy.typing as npt
+import soxr
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from duplex_gateway.server.webrtc_jitter import tolerate_loss
 from tests.e2e.lossy_relay import LossyRelay
+from tests.fixtures import load_speech
 
 RATE = 48_000
 FRAME = RATE // 50
+
+
+def pcm16(samples: npt.NDArray[np.float32], rate: int = 16_000, to: int = RATE) -> bytes:
+    """Float samples at ``rate`` as PCM16 mono at ``to`` (the microphone's 48 kHz unless told)."""
+    resampled = soxr.resample(samples, rate, to) if rate != to else samples
+    return (np.clip(resampled, -1, 1) * 32767).astype("<i2").tobytes()
+
+
+def speech(rate: int = RATE) -> bytes:
+    """The speech fixture (0.5 s of silence, a sentence, 1 s of silence) as PCM16 mono at ``rate``."""
+    return pcm16(load_speech(16_000), 16_000, rate)
 
 
 def offer_loopback() -> None:
@@ -96,26 +112,8 @@ class Caller:
     _opened: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def connect(self, *, session: dict[str, Any] | None = None) -> None:
-        self.pc.addTrack(self.mic)
-        channel = self.pc.createDataChannel("oai-events")
-        self.channel = channel
-        channel.on("open", self._opened.set)
-
-        @channel.on("message")  # type: ignore[untyped-decorator]
-        def on_message(message: str) -> None:
-            self.events.append((asyncio.get_running_loop().time(), json.loads(message)))
-
-        @self.pc.on("track")  # type: ignore[untyped-decorator]
-        def on_track(track: Any) -> None:
-            self._tasks.append(asyncio.ensure_future(self._listen(track)))
-
-        await self.pc.setLocalDescription(await self.pc.createOffer())
-        # A browser's jitter buffer hides a lost packet; aiortc's own throws good ones away for it.
-        for transceiver in self.pc.getTransceivers():
-            tolerate_loss(transceiver.receiver)
-        offer = self.pc.localDescription.sdp
-        if self.relay is not None:
-            offer = self.relay.offer(offer)
+        """Call ``/v1/realtime/calls`` (``session``: sent with the offer, as multipart)."""
+        offer = await self.offer()
         async with httpx2.AsyncClient(timeout=10) as http:
             if session is None:
                 resp = await http.post(
@@ -134,7 +132,33 @@ class Caller:
                 )
         assert resp.status_code == 201, (resp.status_code, resp.text)
         self.location = resp.headers.get("location")
-        answer = resp.text if self.relay is None else self.relay.answer(resp.text)
+        await self.answered(resp.text)
+
+    async def offer(self, *, label: str = "oai-events") -> str:
+        """The SDP offer to post: the microphone's track and a data channel labelled ``label``."""
+        self.pc.addTrack(self.mic)
+        channel = self.pc.createDataChannel(label)
+        self.channel = channel
+        channel.on("open", self._opened.set)
+
+        @channel.on("message")  # type: ignore[untyped-decorator]
+        def on_message(message: str) -> None:
+            self.events.append((asyncio.get_running_loop().time(), json.loads(message)))
+
+        @self.pc.on("track")  # type: ignore[untyped-decorator]
+        def on_track(track: Any) -> None:
+            self._tasks.append(asyncio.ensure_future(self._listen(track)))
+
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        # A browser's jitter buffer hides a lost packet; aiortc's own throws good ones away for it.
+        for transceiver in self.pc.getTransceivers():
+            tolerate_loss(transceiver.receiver)
+        offer: str = self.pc.localDescription.sdp
+        return offer if self.relay is None else self.relay.offer(offer)
+
+    async def answered(self, sdp: str) -> None:
+        """Set the gateway's SDP answer and wait for the data channel to open."""
+        answer = sdp if self.relay is None else self.relay.answer(sdp)
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
         async with asyncio.timeout(10):
             await self._opened.wait()
