@@ -11,39 +11,24 @@ import json
 import logging
 
 import httpx2
-import numpy as np
 import pytest
-import soxr
 from aiortc import RTCPeerConnection
 
 from tests.e2e.helpers import Gateway, GatewayFactory, recv_until, ws_connect
-from tests.e2e.webrtc_client import RATE, Caller, Microphone, offer_loopback
-from tests.fixtures import SPEECH_END_MS, SPEECH_START_MS, load_speech
+from tests.e2e.webrtc_client import Caller, Microphone, offer_loopback, speech
+from tests.fixtures import SPEECH_END_MS, SPEECH_START_MS
 
 pytestmark = pytest.mark.e2e
 
 logger = logging.getLogger(__name__)
 
 
-def _speech48() -> bytes:
-    samples = soxr.resample(load_speech(16_000), 16_000, RATE)
-    return (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()
-
-
-@pytest.fixture
-def echo_gateway(gateway_factory: GatewayFactory) -> Gateway:
-    offer_loopback()
-    return gateway_factory.start(
-        {"server": {"web_demo": False}, "webrtc": {"host_addresses": ["127.0.0.1"]}}, name="webrtc-echo"
-    )
-
-
-async def test_a_caller_is_answered_on_the_track(echo_gateway: Gateway) -> None:
-    caller = Caller(echo_gateway.base_url)
+async def test_a_caller_is_answered_on_the_track(webrtc_gateway: Gateway) -> None:
+    caller = Caller(webrtc_gateway.base_url)
     try:
         await caller.connect()
         await caller.wait_for("session.created")
-        caller.mic.say(_speech48())
+        caller.mic.say(speech())
         _, created = await caller.wait_for("response.created", timeout=20)
         started_at, started = await caller.wait_for("output_audio_buffer.started", timeout=10)
         _, done = await caller.wait_for("response.done", timeout=20)
@@ -82,13 +67,13 @@ async def test_barge_in_stops_the_track_and_truncates_at_what_was_played(
     try:
         await caller.connect()
         await caller.wait_for("session.created")
-        speech = _speech48()
-        caller.mic.say(speech)
+        sentence = speech()
+        caller.mic.say(sentence)
         started_at, started = await caller.wait_for("output_audio_buffer.started", timeout=20)
         mark = len(caller.events)
         # The caller speaks again a second into the reply (the clip opens with 0.5 s of silence).
         await asyncio.sleep(0.5)
-        caller.mic.say(speech)
+        caller.mic.say(sentence)
         cleared_at, cleared = await caller.wait_for("output_audio_buffer.cleared", after=mark, timeout=10)
         _, truncated = await caller.wait_for("conversation.item.truncated", after=mark, timeout=5)
         await asyncio.sleep(1.0)
@@ -114,8 +99,10 @@ async def test_barge_in_stops_the_track_and_truncates_at_what_was_played(
         await caller.close()
 
 
-async def test_the_session_sent_with_the_offer_applies_before_the_first_event(echo_gateway: Gateway) -> None:
-    caller = Caller(echo_gateway.base_url)
+async def test_the_session_sent_with_the_offer_applies_before_the_first_event(
+    webrtc_gateway: Gateway,
+) -> None:
+    caller = Caller(webrtc_gateway.base_url)
     try:
         await caller.connect(
             session={"type": "realtime", "instructions": "Be brief.", "audio": {"output": {"voice": "marin"}}}
@@ -138,17 +125,17 @@ async def test_the_session_sent_with_the_offer_applies_before_the_first_event(ec
         await caller.close()
 
 
-async def test_a_call_is_hung_up_by_its_id(echo_gateway: Gateway) -> None:
-    caller = Caller(echo_gateway.base_url)
+async def test_a_call_is_hung_up_by_its_id(webrtc_gateway: Gateway) -> None:
+    caller = Caller(webrtc_gateway.base_url)
     try:
         await caller.connect()
         await caller.wait_for("session.created")
-        await echo_gateway.wait_sessions(1)
+        await webrtc_gateway.wait_sessions(1)
         assert caller.location is not None and caller.location.startswith("/v1/realtime/calls/rtc_")
         async with httpx2.AsyncClient() as http:
-            resp = await http.post(f"{echo_gateway.base_url}{caller.location}/hangup")
+            resp = await http.post(f"{webrtc_gateway.base_url}{caller.location}/hangup")
         assert resp.status_code == 200, resp.text
-        await echo_gateway.wait_sessions(0)
+        await webrtc_gateway.wait_sessions(0)
     finally:
         await caller.close()
 
@@ -163,15 +150,17 @@ async def test_a_call_is_hung_up_by_its_id(echo_gateway: Gateway) -> None:
     ],
 )
 async def test_a_bad_offer_is_refused_with_400(
-    echo_gateway: Gateway, body: bytes, content_type: str, code: str
+    webrtc_gateway: Gateway, body: bytes, content_type: str, code: str
 ) -> None:
     async with httpx2.AsyncClient() as http:
         resp = await http.post(
-            f"{echo_gateway.base_url}/v1/realtime/calls", content=body, headers={"Content-Type": content_type}
+            f"{webrtc_gateway.base_url}/v1/realtime/calls",
+            content=body,
+            headers={"Content-Type": content_type},
         )
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["code"] == code
-    assert echo_gateway.readyz()["sessions"] == 0
+    assert webrtc_gateway.readyz()["sessions"] == 0
 
 
 async def test_a_call_that_never_connects_is_reaped(gateway_factory: GatewayFactory) -> None:
@@ -232,13 +221,13 @@ async def test_a_call_over_the_session_limit_is_refused_before_it_is_answered(
         await second.close()
 
 
-async def test_the_sideband_steers_the_call_and_sees_what_it_says(echo_gateway: Gateway) -> None:
-    caller = Caller(echo_gateway.base_url)
+async def test_the_sideband_steers_the_call_and_sees_what_it_says(webrtc_gateway: Gateway) -> None:
+    caller = Caller(webrtc_gateway.base_url)
     try:
         await caller.connect()
         await caller.wait_for("session.created")
         call_id = (caller.location or "").rsplit("/", 1)[-1]
-        async with ws_connect(echo_gateway, f"/v1/realtime?call_id={call_id}") as sideband:
+        async with ws_connect(webrtc_gateway, f"/v1/realtime?call_id={call_id}") as sideband:
             greeting = json.loads(await asyncio.wait_for(sideband.recv(), 5))
             assert greeting["type"] == "session.created"
             await sideband.send(

@@ -25,11 +25,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-import soxr
 
-from tests.e2e.helpers import Gateway, GatewayFactory, ws_connect
-from tests.e2e.webrtc_client import RATE, Caller, offer_loopback
-from tests.fixtures import SPEECH_END_MS, load_speech
+from tests.e2e.helpers import Gateway, ws_connect
+from tests.e2e.webrtc_client import RATE, Caller, speech
+from tests.fixtures import SPEECH_END_MS
 
 pytestmark = pytest.mark.e2e
 
@@ -42,11 +41,6 @@ TURNS = 4
 LOUD = 1000
 WS_RATE = 24_000
 FRAME_MS = 20
-
-
-def _pcm(rate: int) -> bytes:
-    samples = soxr.resample(load_speech(16_000), 16_000, rate)
-    return (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()
 
 
 def _first_loud(pcm: bytes) -> int | None:
@@ -113,15 +107,8 @@ async def _websocket_turn(ws: Any, speech: bytes) -> float:
     raise AssertionError("no loud reply audio")
 
 
-@pytest.fixture
-def gateway(gateway_factory: GatewayFactory) -> Gateway:
-    offer_loopback()
-    return gateway_factory.start(
-        {"server": {"web_demo": False}, "webrtc": {"host_addresses": ["127.0.0.1"]}}, name="webrtc-latency"
-    )
-
-
-async def test_webrtc_first_audio_is_within_40_ms_of_the_websocket(gateway: Gateway) -> None:
+async def test_webrtc_first_audio_is_within_40_ms_of_the_websocket(webrtc_gateway: Gateway) -> None:
+    gateway = webrtc_gateway
     caller = Caller(gateway.base_url)
     webrtc: list[float] = []
     websocket: list[float] = []
@@ -130,8 +117,8 @@ async def test_webrtc_first_audio_is_within_40_ms_of_the_websocket(gateway: Gate
         await caller.wait_for("session.created")
         async with ws_connect(gateway) as ws:
             for _ in range(TURNS):
-                webrtc.append(await _webrtc_turn(caller, _pcm(RATE)))
-                websocket.append(await _websocket_turn(ws, _pcm(WS_RATE)))
+                webrtc.append(await _webrtc_turn(caller, speech(RATE)))
+                websocket.append(await _websocket_turn(ws, speech(WS_RATE)))
     finally:
         await caller.close()
     rtc_ms, ws_ms = statistics.median(webrtc), statistics.median(websocket)

@@ -25,7 +25,7 @@ import soxr
 from duplex_gateway.engine.embedded.asr import FinalRecognizer
 from tests.e2e.helpers import Gateway, GatewayFactory
 from tests.e2e.lossy_relay import LossyRelay
-from tests.e2e.webrtc_client import RATE, Caller, offer_loopback
+from tests.e2e.webrtc_client import RATE, Caller, offer_loopback, pcm16
 from tests.fixtures import PHRASES
 from tests.wer import corpus_wer, wer
 
@@ -56,11 +56,6 @@ class Turn:
     status: str
 
 
-def _pcm48(samples: np.ndarray, rate: int = 16_000) -> bytes:
-    up = soxr.resample(samples, rate, RATE)
-    return (np.clip(up, -1, 1) * 32767).astype("<i2").tobytes()
-
-
 def _silence(seconds: float) -> bytes:
     return bytes(int(RATE * seconds) * 2)
 
@@ -71,7 +66,7 @@ async def _converse(caller: Caller, recognizer: FinalRecognizer, engine: str) ->
     turns = []
     for phrase in SAID:
         mark = len(caller.events)
-        caller.mic.say(_silence(0.3) + _pcm48(phrase.load()))
+        caller.mic.say(_silence(0.3) + pcm16(phrase.load()))
         started_at, started = await caller.wait_for("output_audio_buffer.started", after=mark, timeout=TURN_S)
         response_id = started["response_id"]
         stopped_at, _ = await caller.wait_for("output_audio_buffer.stopped", after=mark, timeout=TURN_S)
