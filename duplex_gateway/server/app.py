@@ -186,7 +186,9 @@ class _Gateway:
             and principal.kind is not PrincipalKind.CLIENT_SECRET  # a browser's: it watches, at most
             and Scope.REALTIME in principal.scopes
         )
-        await watched.observe(websocket, call.control if call is not None and steers else None)
+        await watched.observe(
+            websocket, call.control if call is not None and call.steerable and steers else None
+        )
 
     async def duplex(self, websocket: WebSocket) -> None:
         await self._serve(websocket, Handshake.DUPLEX)
@@ -376,6 +378,7 @@ class _Gateway:
             output_rate=defaults.output_format.rate,
             call_id=session_id,  # the Live API names a call by its session: hang-ups use that id
             events_channel=None,  # OpenAI names no label for the Live events' channel
+            steerable=False,  # a Realtime sideband watches it; its events are not the Live API's
             opening=opening_event(call.session),
         )
         if not isinstance(answered, AnsweredCall):

@@ -261,6 +261,9 @@ class CallSocket:
         self.reply_track = reply_track
         self.input_rate = input_rate
         self._events_channel = events_channel
+        #: A Realtime sideband (``/v1/realtime?call_id=``) may steer the call: its events are
+        #: Realtime ones, which only a Realtime call reads as their sender means them.
+        self.steerable = True
         self._inbox: asyncio.Queue[MutableMapping[str, Any]] = asyncio.Queue(_INBOX_FRAMES)
         if opening is not None:
             self._inbox.put_nowait({"type": "websocket.receive", "text": opening})
@@ -492,11 +495,13 @@ class WebRtcCalls:
         call_id: str | None = None,
         events_channel: str | None = EVENTS_CHANNEL,
         opening: str | None = None,
+        steerable: bool = True,
     ) -> AnsweredCall | Response:
         """Answer an offer and serve the call with ``serve``; or the error response refusing it.
 
         ``call_id``: the id to serve it under (None: a new ``rtc_...``). ``events_channel`` and
-        ``opening``: as :class:`CallSocket` takes them. The endpoint frames the answer.
+        ``opening``: as :class:`CallSocket` takes them. ``steerable``: a Realtime sideband may
+        steer the call (:attr:`CallSocket.steerable`). The endpoint frames the answer.
         """
         if not webrtc_available():
             return unavailable()
@@ -513,6 +518,7 @@ class WebRtcCalls:
             events_channel=events_channel,
             opening=opening,
         )
+        socket.steerable = steerable
         pc.on("datachannel", socket.attach_channel)
         pc.on("track", socket.attach_track)
 

@@ -87,6 +87,14 @@ async def test_the_sdk_opens_a_live_session_and_its_reply_plays_on_the_track(web
         _, refused = await caller.wait_for("error")
         assert refused["error"]["code"] == "session_already_started"
         assert refused["error"]["client_event_id"] == "again"
+        # A Realtime sideband watches the call by its session id, and steers none of it: its events
+        # are the Realtime API's, not the Live API's.
+        async with ws_connect(webrtc_gateway, f"/v1/realtime?call_id={session_id}") as sideband:
+            await recv_until(sideband, "session.created")
+            update = {"type": "session.update", "session": {"type": "realtime", "instructions": "Hi."}}
+            await sideband.send(json.dumps(update))
+            read_only, _ = await recv_until(sideband, "error")
+            assert "read-only" in read_only["error"]["message"]
         mark = len(caller.events)
         said = asyncio.get_running_loop().time()
         caller.mic.say(speech())
