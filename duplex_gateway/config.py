@@ -330,7 +330,7 @@ class LiveResponsesSettings(EmbeddedLlmSettings):
 
 
 class LiveSettings(_Section):
-    """``/v1/live/sessions``: OpenAI's full-duplex Live API."""
+    """``/v1/live/sessions``: OpenAI's full-duplex Live API (a WebSocket, or a WebRTC offer posted there)."""
 
     #: The backend model Responses delegation hands work to (off by default).
     responses: LiveResponsesSettings = LiveResponsesSettings()
@@ -345,7 +345,7 @@ class IceServerSettings(_Section):
 
 
 class WebRtcSettings(_Section):
-    """``POST /v1/realtime/calls``: OpenAI's WebRTC interface (the ``webrtc`` extra)."""
+    """``POST /v1/realtime/calls`` and ``POST /v1/live/sessions``: OpenAI's WebRTC calls (the ``webrtc`` extra)."""
 
     #: The addresses ICE offers host candidates on; empty: every interface but loopback. List
     #: 127.0.0.1 for clients on the same machine (aioice leaves it out by itself).
