@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from duplex_gateway.dialects.live_pacing import ACK_EVERY_MS, LivePlayout
+from duplex_gateway.dialects.live_pacing import LivePlayout
 from duplex_gateway.dialects.realtime import RealtimeDialect
 from duplex_gateway.vocabulary import commands as cmd
 from duplex_gateway.vocabulary import events as ev
@@ -69,7 +69,6 @@ class WebRtcRealtimeDialect(RealtimeDialect):
         #: Frames of the dialect's own for the next pump (the WebRTC-only events, a track clear).
         self._own: list[Frame] = []
         self._own_events = 0
-        self._acked: tuple[str, int] | None = None
         #: Replies the session is still making (a cut of one of those is the session's to decide).
         self._making: set[str] = set()
         #: The reply whose audio the track is playing, announced with ``output_audio_buffer.started``.
@@ -165,16 +164,13 @@ class WebRtcRealtimeDialect(RealtimeDialect):
                 # All of it is on the track: wake when it has played, to say it stopped.
                 end = self._playout.ends_at
                 wake = end if end is not None and end > now else None
-        heard = self._playout.heard(now)
+        heard = self._playout.acknowledge(now)
         if heard is not None:
-            acked = self._acked[1] if self._acked and self._acked[0] == heard.response_id else -ACK_EVERY_MS
-            if heard.played_ms - acked >= ACK_EVERY_MS:
-                self._acked = (heard.response_id, heard.played_ms)
-                self._commands.append(
-                    cmd.PlaybackAck(
-                        response_id=heard.response_id, item_id=heard.item_id, played_ms=heard.played_ms
-                    )
+            self._commands.append(
+                cmd.PlaybackAck(
+                    response_id=heard.response_id, item_id=heard.item_id, played_ms=heard.played_ms
                 )
+            )
         return frames, wake
 
     def tick(self, now: float) -> None:
