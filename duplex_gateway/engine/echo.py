@@ -32,6 +32,8 @@ _EVENT_QUEUE_SIZE = 256
 class EchoSession(port.EngineSession):
     """One caller's loopback."""
 
+    appends_without_waiting = True  # the audio is only kept
+
     def __init__(self, engine: EchoEngine, session_id: str) -> None:
         self._engine = engine
         self._session_id = session_id

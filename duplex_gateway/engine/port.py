@@ -368,6 +368,11 @@ REPLY_OUTPUT_EVENTS: Final = (
 class EngineSession(abc.ABC):
     """One caller's conversation inside an engine."""
 
+    #: ``append_audio`` returns without ever waiting (it only keeps the audio, or hands it to a
+    #: worker of its own). The gateway then makes an append at once, in the task that read it,
+    #: when no other call of the session is queued or running: no task switch per frame.
+    appends_without_waiting: ClassVar[bool] = False
+
     @abc.abstractmethod
     async def append_audio(
         self,

@@ -1,7 +1,10 @@
 """The calls a session makes into its engine session: in order, one way, from one task.
 
 The session decides synchronously; the calls it decides on are handed to an
-:class:`EngineLink`, which makes them one after another on its own task. Nothing
+:class:`EngineLink`, which makes them one after another on its own task. An engine
+whose appends never wait (``appends_without_waiting``) has an append made at once
+instead, in the task that submits it, when nothing is queued or running before it: the
+order is the same, and a caller's frame costs no task switch while the engine keeps up. Nothing
 waits for an engine call while holding the session: the caller's audio keeps
 flowing, and the engine's events keep coming back, while a slow call runs. The
 link counts the caller audio it holds; above its high water mark the connection
@@ -13,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, cast
 
 from duplex_gateway.engine import port
 from duplex_gateway.ops.metrics import GatewayMetrics, call_name
@@ -74,6 +79,9 @@ class EngineLink:
         self._on_done = on_done
         self._high_water = high_water_bytes
         self._calls: deque[EngineCall] = deque()
+        #: A call is being made on the link's task (an append made at once must not overtake it).
+        self._busy = False
+        self._inline = engine_session.appends_without_waiting
         self._audio_bytes = 0
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()
@@ -87,6 +95,9 @@ class EngineLink:
 
     def submit(self, call: EngineCall) -> None:
         """Make ``call`` after every call submitted before it; returns at once."""
+        if self._inline and not self._busy and not self._calls and isinstance(call, AppendAudio):
+            self._append_now(call)
+            return
         self._calls.append(call)
         if isinstance(call, AppendAudio):
             self._audio_bytes += len(call.pcm)
@@ -106,6 +117,39 @@ class EngineLink:
         self._calls.clear()
         self._drained.set()
 
+    def _append_now(self, call: AppendAudio) -> None:
+        """Make an append of an engine whose appends never wait, here and now."""
+        began = time.monotonic()
+        step = cast("Coroutine[Any, Any, None]", self._make(call))
+        try:
+            step.send(None)
+        except StopIteration:
+            if self._metrics is not None:
+                self._metrics.engine_call("append_audio", time.monotonic() - began)
+            if self._on_done is not None:
+                self._on_done(call)
+            return
+        except Exception as exc:  # reported as the link's task reports a failed call
+            refused = isinstance(exc, port.EngineRefused | port.EngineSessionLimit)
+            if self._metrics is not None:
+                self._metrics.engine_call_failed("append_audio", "refused" if refused else "failed")
+            if isinstance(exc, port.EngineRefused):
+                logger.info("engine refused AppendAudio: %s", exc)
+            else:
+                logger.exception("engine call AppendAudio failed")
+            self._on_error(call, exc)
+            return
+        # It waited after all: the engine broke its word. The append is lost; say so loudly.
+        step.close()
+        self._inline = False
+        problem = RuntimeError(
+            f"{type(self.engine_session).__name__}.append_audio waited, though its engine says its appends never wait"
+        )
+        logger.error("%s; its appends go through the link's task from now on", problem)
+        if self._metrics is not None:
+            self._metrics.engine_call_failed("append_audio", "failed")
+        self._on_error(call, problem)
+
     async def _run(self) -> None:
         calls = self._calls
         while True:
@@ -114,6 +158,7 @@ class EngineLink:
                 await self._wake.wait()
                 continue
             call = calls.popleft()
+            self._busy = True
             if isinstance(call, AppendAudio) and calls and _mergeable(call, calls[0]):
                 # The engine fell behind: what waits goes in as one append, in order, so a
                 # busy engine pays its per-call cost once per batch instead of once per frame.
@@ -134,6 +179,7 @@ class EngineLink:
                 if self._on_done is not None:
                     self._on_done(call)
             finally:
+                self._busy = False
                 if isinstance(call, AppendAudio):
                     self._audio_bytes -= len(call.pcm)
                     if self._audio_bytes <= self._high_water // 2:

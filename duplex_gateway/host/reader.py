@@ -38,6 +38,7 @@ from duplex_gateway.config import LimitSettings
 from duplex_gateway.dialects.base import Dialect
 from duplex_gateway.host.closing import Failure, update_refusal
 from duplex_gateway.host.pacing import Pacer
+from duplex_gateway.host.read_deadline import ReadDeadline
 from duplex_gateway.host.transport import Attachment
 from duplex_gateway.ops.recording import Recorder
 from duplex_gateway.ops.session_stats import SessionStats
@@ -238,21 +239,33 @@ class Reader:
                 self.task = None
 
     async def _read_messages(self, attachment: Attachment) -> Outcome:
+        task = asyncio.current_task()
+        assert task is not None
+        deadline = ReadDeadline(task, self._limits.idle_timeout_s, lambda: self._host.deadline)
+        try:
+            return await self._read_until_done(attachment, deadline)
+        finally:
+            deadline.close()
+
+    async def _read_until_done(self, attachment: Attachment, deadline: ReadDeadline) -> Outcome:
         host, session = self._host, self._session
         loop = asyncio.get_running_loop()
         idle = self._limits.idle_timeout_s
         first = True
         while not host.closed_by_server:
-            remaining = host.deadline - loop.time()
+            deadline.begin()
             try:
-                async with asyncio.timeout(min(idle, max(remaining, 0.0))):
-                    message = await attachment.socket.receive()
-            except TimeoutError:
+                message = await attachment.socket.receive()
+            except asyncio.CancelledError:
+                if not deadline.expired():
+                    raise
                 if loop.time() >= host.deadline:
                     host.expire(Failure.MAX_DURATION, f"of {_duration(self._limits.max_session_s)}.")
                 else:
                     host.expire(Failure.IDLE, f"no message from the client for {idle:g} s")
                 return Outcome.CLOSED
+            finally:
+                deadline.end()
             if message["type"] == "websocket.disconnect":
                 # A client that closes on purpose (1000, 1001) is done; anything else is a dropped
                 # connection whose client may come back with session.resume.

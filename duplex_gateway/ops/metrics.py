@@ -202,6 +202,7 @@ class GatewayMetrics:
             buckets=_CALL_BUCKETS,
             registry=r,
         )
+        self._engine_call_children: dict[str, Histogram] = {}
         self._engine_errors = Counter(
             f"{PREFIX}_engine_call_errors",
             "Engine calls that failed: timeout, refused (by the engine) or failed.",
@@ -295,7 +296,11 @@ class GatewayMetrics:
     # -- the engine ------------------------------------------------------------------------
 
     def engine_call(self, call: str, seconds: float) -> None:
-        self._engine_calls.labels(call).observe(seconds)
+        # Every caller frame is an append: the labelled child is looked up once, not per frame.
+        child = self._engine_call_children.get(call)
+        if child is None:
+            child = self._engine_call_children[call] = self._engine_calls.labels(call)
+        child.observe(seconds)
 
     def engine_call_failed(self, call: str, kind: str) -> None:
         """``kind``: ``timeout``, ``refused`` or ``failed``."""

@@ -199,6 +199,7 @@ class GatedEcho(EchoEngine):
             await take(pcm, **hints)
 
         session.append_audio = gated  # type: ignore[method-assign]
+        session.appends_without_waiting = False  # type: ignore[misc]  # these appends wait for the gate
         return session
 
 

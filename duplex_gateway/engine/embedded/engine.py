@@ -91,6 +91,8 @@ class EmbeddedModels:
 class EmbeddedSession(port.EngineSession):
     """One caller's conversation with the embedded engine."""
 
+    appends_without_waiting = True  # kept, and handed to the partials worker without waiting
+
     def __init__(
         self,
         engine: EmbeddedEngine,
