@@ -14,6 +14,7 @@ stalls) and the words must stay within the bound.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -66,13 +67,21 @@ async def _converse(caller: Caller, recognizer: FinalRecognizer, engine: str) ->
     turns = []
     for phrase in SAID:
         mark = len(caller.events)
-        caller.mic.say(_silence(0.3) + pcm16(phrase.load()))
+        said = _silence(0.3) + pcm16(phrase.load())
+        caller.mic.say(said)
+        # When the caller stops talking, by the microphone's own real-time clock.
+        spoken_until = asyncio.get_running_loop().time() + len(said) / (2 * RATE)
         started_at, started = await caller.wait_for("output_audio_buffer.started", after=mark, timeout=TURN_S)
         response_id = started["response_id"]
         stopped_at, _ = await caller.wait_for("output_audio_buffer.stopped", after=mark, timeout=TURN_S)
         _, done = await caller.wait_for("response.done", after=mark, timeout=TURN_S)
         assert done["response"]["id"] == response_id
-        heard = np.frombuffer(caller.heard_between(started_at - 0.1, stopped_at + 0.3), "<i2")
+        # The track carries nothing but the reply after the caller has spoken. The events that frame
+        # it can come late, when a lost packet of the data channel is sent again (SCTP waits about a
+        # second for that): the track's own frames do not wait for them, so the window opens when
+        # the caller is done, however late `started` came.
+        heard_from = min(started_at - 0.1, spoken_until)
+        heard = np.frombuffer(caller.heard_between(heard_from, stopped_at + 0.3), "<i2")
         words = recognizer.transcribe(soxr.resample(heard.astype(np.float32) / 32768, RATE, 16_000))
         reference = _reference(caller, mark, response_id, phrase.text, engine)
         turns.append(Turn(phrase.text, reference, words, done["response"]["status"]))
