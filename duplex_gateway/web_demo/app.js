@@ -728,8 +728,9 @@ function updateAssistantState() {
 let outLevelShown = -1;
 let outMeterRunning = false;
 
+let meterAt = null; // the last frame's time, to count how long reply audio came out (heardMs)
+
 /** The assistant meter follows the played audio once per frame while the audio graph runs. */
-let meterAt = null;
 function outputMeter(at) {
   const pct = audio.running ? levelPercent(audio.outputLevel()) : 0;
   stats.assistantLevel = pct;
@@ -1716,6 +1717,8 @@ function setTalking(on) {
  * idle session: a session.heartbeat counts as activity and keeps it open.
  */
 function heartbeat() {
+  // A call's track carries audio (or silence) all the time: that is activity enough.
+  if (overWebRTC()) return;
   if (!client.ready || !session || performance.now() - lastSentAt < 1000) return;
   if (client.send({ type: 'session.heartbeat' })) {
     lastSentAt = performance.now();
