@@ -69,6 +69,8 @@ UNFINISHED_ENDINGS: Final = frozenset(
         "erm",
     ]
 )
+#: How a recognizer that punctuates (Whisper) writes words that stop short of a sentence's end.
+_TRAILING_OFF: Final = ("...", "\u2026", ",", "-", "\u2014")
 #: The words' veto lasts this long into the silence: past it, only the audio model decides. A
 #: thinking pause rarely lasts longer, and a recognizer's wrong last word ("...close to my" for
 #: "...close tonight") must not hold a finished caller for long: the judgement after it ends the turn.
@@ -80,6 +82,9 @@ def sounds_unfinished(words: str) -> bool:
     tokens = words.lower().replace("\u2019", "'").split()
     if not tokens:
         return False
-    last = tokens[-1].strip('.,;:!?"()')
-    # A turn whose words end in a full stop or question mark ended as a sentence.
-    return last in UNFINISHED_ENDINGS and not tokens[-1].endswith((".", "?", "!"))
+    final = tokens[-1].rstrip('"()')
+    if final.endswith(_TRAILING_OFF):
+        return True  # Whisper writes a sentence that trails off with an ellipsis, a comma or a dash
+    # Punctuation is no cue: Whisper ends a sentence cut at "to" with a full stop or a question
+    # mark as often as not ("Can you send the invoice to?").
+    return final.strip('.,;:!?"()') in UNFINISHED_ENDINGS

@@ -82,7 +82,9 @@ _PRE_EMPHASIS: Final = 0.9
 #: 100 frames a second) and the turn plus ``_WINDOW_MARGIN_FRAMES``: a turn of
 #: the fixture took 0.21 s instead of 0.45 s on 2 cores, but the word error rate
 #: over the test phrases rose from 1.1 % to 2.8 % at 16 kHz (7.2 % either way at 8
-#: kHz; 10 s windows were faster still and worse), so it is for when callers queue.
+#: kHz; 10 s windows were faster still and worse at 8 kHz). The reply waits for these words, and
+#: ``semantic_vad`` ends a turn long before 0.45 s of silence, so the engine uses it by default
+#: (``engine.embedded.whisper_window``) and always while callers queue.
 _MIN_WINDOW_FRAMES: Final = 1500
 _WINDOW_MARGIN_FRAMES: Final = 100
 

@@ -45,6 +45,7 @@ from duplex_gateway.engine.embedded.conversation import FunctionCall, FunctionOu
 from duplex_gateway.engine.embedded.llm_brain import LlmBrain
 from duplex_gateway.engine.embedded.replies import SessionReplies
 from duplex_gateway.engine.embedded.responder import DIDNT_CATCH, Responder, RestatingResponder
+from duplex_gateway.engine.embedded.spec import WhisperWindow
 from duplex_gateway.engine.embedded.tool_router import ToolRouter
 from duplex_gateway.engine.embedded.tts import PiperSynthesizer, split_sentences, voice_sample_rate
 from duplex_gateway.engine.embedded.workers import Priority, PriorityWorkers
@@ -117,6 +118,8 @@ class EmbeddedSession(port.EngineSession):
         # covers, and its result. The commit that usually follows reuses it.
         # The job is kept to tell whether it has started.
         self._early: tuple[int, asyncio.Future[str], concurrent.futures.Future[str]] | None = None
+        # Where in the turn the early transcription's words, sent as the partial transcript, end.
+        self._words_heard_at: int | None = None
         # Partials: audio not yet decoded, coalesced, and a flag asking the
         # worker to start a new utterance. ``_turn_no`` tells the worker when a
         # hypothesis belongs to a turn that has been committed or cleared. A
@@ -189,6 +192,7 @@ class EmbeddedSession(port.EngineSession):
         early = asyncio.wrap_future(job)
         # A failed guess is not an error; the commit transcribes again.
         early.add_done_callback(lambda f: f.cancelled() or f.exception())
+        early.add_done_callback(functools.partial(self._early_heard, self._turn_no))
         self._early = (self._turn_total, early, job)
 
     async def commit(
@@ -262,6 +266,32 @@ class EmbeddedSession(port.EngineSession):
         self._turn_total = 0
         self._early = None
         self._restart_partials()
+
+    def _early_heard(self, turn_no: int, early: asyncio.Future[str]) -> None:
+        """Whisper's words for the turn so far are the caller's partial transcript while the caller stays quiet.
+
+        They are far better words than pocketsphinx's, and the gateway's ``semantic_vad`` reads
+        the last of them: a turn whose words end on "to" or "the" is not over, and
+        pocketsphinx's rough guesses put such words where the caller said none.
+        """
+        if early.cancelled() or early.exception() is not None or turn_no != self._turn_no or self._closed:
+            return
+        current = self._early
+        if current is None or current[1] is not early or not early.result():
+            return
+        self._words_heard_at = current[0]
+        self._events.offer(port.EngineInputTranscript(item_id="", text=early.result(), final=False))
+
+    def _whisper_words_stand(self) -> bool:
+        """Whisper's partial words still cover the turn: nothing but quiet came after them."""
+        heard_at = self._words_heard_at
+        if heard_at is None:
+            return False
+        tail_bytes = self._turn_total - heard_at
+        if 0 <= tail_bytes <= len(self._turn) and _is_quiet_tail(bytes(self._turn), tail_bytes):
+            return True
+        self._words_heard_at = None
+        return False
 
     def _drop_early(self) -> None:
         """Cancel the pause-time transcription; a job not yet started then never starts."""
@@ -395,6 +425,7 @@ class EmbeddedSession(port.EngineSession):
         # Audio of a committed or cleared turn is not worth decoding any more,
         # and the turn's decoder goes back to the pool for whoever talks next.
         self._turn_no += 1
+        self._words_heard_at = None
         if not self._partials_on:
             return
         self._feed.clear()
@@ -436,7 +467,12 @@ class EmbeddedSession(port.EngineSession):
                     pcm, turn_no = bytes(self._feed[:_PARTIAL_STEP_BYTES]), self._turn_no
                     del self._feed[: len(pcm)]
                     text = await self._decode(recognizer.feed, pcm)
-                    if isinstance(text, str) and text and turn_no == self._turn_no:
+                    if (
+                        isinstance(text, str)
+                        and text
+                        and turn_no == self._turn_no
+                        and not self._whisper_words_stand()
+                    ):
                         self._events.offer(port.EngineInputTranscript(item_id="", text=text, final=False))
         except asyncio.CancelledError:
             raise
@@ -480,7 +516,10 @@ class EmbeddedEngine(port.Engine):
     ``max_turn_s``: longest caller turn kept (older audio of a longer one is
     dropped); ``workers``: inference threads (default: the cores);
     ``whisper_cpu_threads`` / ``tts_threads``: threads inside one Whisper or
-    Piper call (default: the cores); ``partials``: run the streaming
+    Piper call (default: the cores); ``whisper_window``: ``"turn"`` has Whisper
+    encode the turn (at least 15 s), ``"full"`` its whole 30 s window, which
+    takes about twice as long and mishears a little less (either way the
+    turn's window while other turns queue); ``partials``: run the streaming
     recognizer; ``chunk_ms``: size of reply audio chunks; ``pace``: speed of
     the reply audio relative to real time (0 sends it as fast as it is made);
     ``lead_ms``: how far the reply may run ahead of real time; ``responder``: what
@@ -499,6 +538,7 @@ class EmbeddedEngine(port.Engine):
         workers: int | None = None,
         whisper_cpu_threads: int | None = None,
         tts_threads: int | None = None,
+        whisper_window: WhisperWindow = "turn",
         partials: bool = True,
         chunk_ms: int = 100,
         pace: float = 1.0,
@@ -515,6 +555,7 @@ class EmbeddedEngine(port.Engine):
         self.workers = workers or cores
         self.whisper_cpu_threads = whisper_cpu_threads or cores
         self.tts_threads = tts_threads or cores
+        self.whisper_window: WhisperWindow = whisper_window
         self.partials = partials
         self.chunk_ms = chunk_ms
         self.pace = pace
@@ -719,11 +760,11 @@ class EmbeddedEngine(port.Engine):
         return await asyncio.wrap_future(self.submit(priority, fn, *args, **kwargs))
 
     def transcribe(self, pcm: bytes) -> str:
-        """Whisper on one turn, in a worker thread; quicker and rougher while other turns wait."""
+        """Whisper on one turn, in a worker thread; the turn's window unless ``full`` is asked and nobody waits."""
         executor = self._executor
         # This job is one of them: more than one means callers are queueing for Whisper.
         queueing = executor is not None and executor.load(Priority.FINAL, Priority.EARLY) > 1
-        return self.models.final.transcribe(pcm, short_window=queueing)
+        return self.models.final.transcribe(pcm, short_window=queueing or self.whisper_window == "turn")
 
     def _release_late_recognizer(self, job: concurrent.futures.Future[PartialRecognizer]) -> None:
         if not job.cancelled() and job.exception() is None:

@@ -532,6 +532,26 @@ async def test_a_pause_starts_the_transcription_the_commit_reuses(
     assert counter.calls == 1
 
 
+async def test_the_words_heard_at_a_pause_stand_as_the_partial_while_the_caller_stays_quiet(
+    engine: EmbeddedEngine, speech_pcm: bytes
+) -> None:
+    # The gateway's semantic_vad reads the partial's last word: Whisper's, not pocketsphinx's guesses.
+    async with opened(engine, "words") as session:
+        await speak(session, speech_pcm, pace_s=0.01)
+        await session.caller_paused()
+        for _ in range(15):  # 1.5 s of an open microphone's quiet: pocketsphinx goes on decoding it
+            await session.append_audio(bytes(CHUNK))
+            await asyncio.sleep(0.1)
+        await session.commit(item_id="item_w", response_id=None)
+        seen: list[port.EngineEvent] = []
+        while not any(isinstance(e, port.EngineInputTranscript) and e.final for e in seen):
+            seen += await read_until(session.events(), port.EngineInputTranscript)
+    partials = [e.text for e in seen if isinstance(e, port.EngineInputTranscript) and not e.final]
+    final = next(e.text for e in seen if isinstance(e, port.EngineInputTranscript) and e.final)
+    assert wer(SPEECH_TEXT, final) <= 0.25, final
+    assert partials and partials[-1] == final, partials
+
+
 async def test_speech_after_the_pause_is_transcribed_afresh(
     engine: EmbeddedEngine, speech_pcm: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
