@@ -525,7 +525,7 @@ class Session:
 
         ``model_ms``: how long the judgement took (a stage of the reply's latency report).
         """
-        stop = None if self.closed else self._turns.assessed(call, probability, self._clock)
+        stop = None if self.closed else self._turns.assessed(call, probability, self._clock, model_ms)
         return self._speech_stopped(stop.audio_end_ms, model_ms) if stop is not None else []
 
     def _speech_started(self, audio_start_ms: int, engine_item_id: str = "") -> list[Output]:
@@ -680,7 +680,11 @@ class Session:
         return [] if self._turns.speaking else self._speech_started(event.audio_start_ms, event.item_id)
 
     def _on_input_transcript(self, event: port.EngineInputTranscript, now: float | None) -> list[Output]:
-        return self._turns.caller_words(event, tell_client=self.transcribes_input)
+        outputs = self._turns.caller_words(event, tell_client=self.transcribes_input)
+        if not event.final and not self.closed and (finished := self._turns.words_finished()) is not None:
+            stop, model_ms = finished
+            outputs.extend(self._speech_stopped(stop.audio_end_ms, model_ms))
+        return outputs
 
     def _on_input_transcript_failed(
         self, event: port.EngineInputTranscriptFailed, now: float | None

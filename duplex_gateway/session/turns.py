@@ -71,6 +71,9 @@ class TurnTracker:
         #: semantic_vad: when (the session's clock) a judged silence ends the turn if no audio says
         #: otherwise first: a client that stops streaming after its words must not wait forever.
         self._judged_end: tuple[float, SpeechCandidate] | None = None
+        #: semantic_vad: a judgement the model called done that the caller's words alone overruled,
+        #: and how long the model took; newer words that sound finished end the turn after all.
+        self._vetoed: tuple[AssessTurn, float] | None = None
         #: Speech over a held reply, not yet a turn: the ring keeps the audio from here.
         self._held_from_ms: float | None = None
 
@@ -158,7 +161,7 @@ class TurnTracker:
         return [self.append(pcm, is_speech=is_speech, hints=hints)] if pcm else []
 
     def assessed(
-        self, call: AssessTurn, probability: float | None, now: float | None = None
+        self, call: AssessTurn, probability: float | None, now: float | None = None, model_ms: float = 0.0
     ) -> SpeechStop | None:
         """The end-of-turn model judged ``call``: the turn's end if the caller is done and still quiet.
 
@@ -169,6 +172,7 @@ class TurnTracker:
         detector = self._detector
         if detector is None or self._speech_item_id != call.item_id:
             return None
+        self._vetoed = None
         if probability is not None:
             silence_ms = call.candidate.audio_end_ms - call.candidate.speech_end_ms
             unfinished = silence_ms < WORDS_VETO_MS and sounds_unfinished(
@@ -178,11 +182,33 @@ class TurnTracker:
                 # Not done: more speech, a later judgement or the longest wait ends it; the wait runs
                 # on the clock too, for a client that stops sending audio after its words.
                 wait_ms = WORDS_VETO_MS if probability >= call.threshold else detector.silence_duration_ms
+                if probability >= call.threshold:
+                    self._vetoed = (call, model_ms)
                 if now is not None and detector.awaiting(call.candidate):
                     self._judged_end = (now + max(0, wait_ms - silence_ms) / 1000.0, call.candidate)
                 return None
         self._judged_end = None
         return detector.end_turn(call.candidate)
+
+    def words_finished(self) -> tuple[SpeechStop, float] | None:
+        """The turn's end, and the model's time, if newer words lift the veto the last ones put on it.
+
+        The engine's words lag the audio, and a rough recognizer's ("close to my" for "close
+        tonight") may be bettered moments later (the embedded engine's Whisper words): a turn the
+        model called done waits only as long as its words sound unfinished.
+        """
+        vetoed, detector = self._vetoed, self._detector
+        if vetoed is None or detector is None:
+            return None
+        call, model_ms = vetoed
+        if self._speech_item_id != call.item_id or not detector.awaiting(call.candidate):
+            self._vetoed = None
+            return None
+        if sounds_unfinished(self._partials.hypothesis(call.item_id)):
+            return None
+        self._vetoed = self._judged_end = None
+        stop = detector.end_turn(call.candidate)
+        return (stop, model_ms) if stop is not None else None
 
     @property
     def judged_end_at(self) -> float | None:
@@ -194,7 +220,7 @@ class TurnTracker:
         judged, detector = self._judged_end, self._detector
         if judged is None or now < judged[0]:
             return None
-        self._judged_end = None
+        self._judged_end = self._vetoed = None
         return detector.end_turn(judged[1]) if detector is not None else None
 
     def assess(self, candidate: SpeechCandidate) -> AssessTurn | None:

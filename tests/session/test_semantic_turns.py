@@ -129,6 +129,59 @@ def test_words_that_end_a_sentence_leave_the_verdict_to_the_audio() -> None:
     assert any(isinstance(o, ev.SpeechStopped) for o in session.turn_assessed(assess, 0.95))
 
 
+def _vetoed(session: Session, words: str) -> AssessTurn:
+    """Speech whose words so far end on ``words``, and a judgement of done that they overrule."""
+    _feed(session, 0, 320, 0.01)
+    _feed(session, 320, 1024, 0.95)
+    session.engine_event(port.EngineInputTranscript(item_id="", text=words, final=False), now=0.5)
+    (assess,) = [o for o in _feed(session, 1344, 320, 0.01) if isinstance(o, AssessTurn)]
+    assert session.turn_assessed(assess, 0.95, model_ms=30.0) == []
+    return assess
+
+
+def test_newer_words_that_sound_finished_end_a_turn_the_words_alone_kept_going() -> None:
+    # A rough recognizer's "close to my", bettered moments later by Whisper's "close tonight".
+    session = _session()
+    assess = _vetoed(session, "what time does the pharmacy close to my")
+    still = session.engine_event(
+        port.EngineInputTranscript(item_id="", text="what time does the pharmacy close to the", final=False),
+        now=0.6,
+    )
+    assert not any(isinstance(o, ev.SpeechStopped) for o in still)
+    out = session.engine_event(
+        port.EngineInputTranscript(
+            item_id="", text="What time does the pharmacy close tonight?", final=False
+        ),
+        now=0.7,
+    )
+    stopped = [o for o in out if isinstance(o, ev.SpeechStopped)]
+    assert [s.audio_end_ms for s in stopped] == [assess.candidate.audio_end_ms]
+    assert any(isinstance(o, CommitInput) for o in out)
+    (created,) = [o for o in out if isinstance(o, ev.ResponseCreated)]
+    session.engine_event(port.EngineResponseStarted(response_id=created.response_id), now=0.8)
+    first = session.engine_event(port.EngineAudio(response_id=created.response_id, pcm=bytes(480)), now=0.9)
+    (report,) = [o for o in first if isinstance(o, ReportLatency)]
+    assert dict(report.latency.stages)["turn_model"] == 30.0
+
+
+def test_newer_words_lift_no_veto_once_the_caller_spoke_again_or_the_model_said_not_done() -> None:
+    session = _session()
+    _vetoed(session, "book a table for")
+    _feed(session, 1664, 320, 0.95)  # the caller went on: the turn is theirs again
+    out = session.engine_event(
+        port.EngineInputTranscript(item_id="", text="book a table for four", final=False), now=0.9
+    )
+    assert not any(isinstance(o, ev.SpeechStopped) for o in out)
+
+    session = _session()
+    _feed(session, 0, 320, 0.01)
+    _feed(session, 320, 1024, 0.95)
+    (assess,) = [o for o in _feed(session, 1344, 320, 0.01) if isinstance(o, AssessTurn)]
+    assert session.turn_assessed(assess, 0.1) == []  # the audio says not done: words cannot end it
+    out = session.engine_event(port.EngineInputTranscript(item_id="", text="thank you", final=False), now=0.9)
+    assert not any(isinstance(o, ev.SpeechStopped) for o in out)
+
+
 def test_a_judged_silence_ends_the_turn_by_the_clock_when_the_client_stops_sending_audio() -> None:
     session = _session()
     _feed(session, 0, 320, 0.01, now=0.0)
