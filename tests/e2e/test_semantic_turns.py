@@ -66,10 +66,11 @@ RATIO_BOUND = 0.75
 MAX_SEMANTIC_CUTS = 4
 #: The issue's target for the embedded engine's median (reported).
 TARGET_P50_MS = 450
-#: The bounds asserted until the issue's hold: semantic_vad's median first audio against
-#: server_vad's in the same run (both slow alike on a loaded machine), and a sanity bound, far
-#: looser, since two shared cores can slow every stage several times over.
-LOOSE_RATIO = 1.5
+#: The bounds asserted: semantic_vad's median first audio no later than server_vad's in the same
+#: run (both slow alike on a loaded machine; measured 0.65-0.67 on two cores, the issue asks 0.75,
+#: which a slower CPU's Whisper could miss), and a sanity bound, far looser, since two shared
+#: cores can slow every stage several times over.
+LOOSE_RATIO = 1.0
 LOOSE_P50_MS = 3_000
 
 
