@@ -542,7 +542,7 @@ class EmbeddedEngine(port.Engine):
         partials: bool = True,
         chunk_ms: int = 100,
         pace: float = 1.0,
-        lead_ms: int = 1000,
+        lead_ms: int = 200,
         whisper_model_path: Path | str | None = None,
         voice_model_path: Path | str | None = None,
         voice_config_path: Path | str | None = None,

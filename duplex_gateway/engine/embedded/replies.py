@@ -107,6 +107,8 @@ class ReplyRun:
     pieces: list[tuple[float, float, str]] = field(default_factory=list)
     #: Audio sent so far.
     audio_s: float = 0.0
+    #: The piece being sent, paced, while the next one is synthesized.
+    playing: asyncio.Task[None] | None = None
     #: The brain's call ids, as this reply sent them (a model's ids may repeat across replies).
     call_ids: dict[str, str] = field(default_factory=dict)
 
@@ -317,13 +319,20 @@ class SessionReplies:
             stages = _Stages(clock, started, recognised=clock())
             end = End()
             async with contextlib.aclosing(engine.brain.reply(request)) as parts:
-                async for part in parts:
-                    if isinstance(part, Say):
-                        await self._say(run, part.text, stages)
-                    elif isinstance(part, CallDelta | Call):
-                        await self._call(run, part)
-                    else:
-                        end = part
+                try:
+                    async for part in parts:
+                        if isinstance(part, Say):
+                            await self._say(run, part.text, stages)
+                        else:
+                            await self._played(run)  # what follows a sentence comes after its audio
+                            if isinstance(part, CallDelta | Call):
+                                await self._call(run, part)
+                            else:
+                                end = part
+                    await self._played(run)
+                finally:
+                    if run.playing is not None:
+                        run.playing.cancel()
             if end.status != "completed" and run.pieces and not run.out_of_band:
                 self._history.put_reply(run.spoken(cut=True))  # heard to its end, but it stopped short
             if end.error is not None:
@@ -364,32 +373,47 @@ class SessionReplies:
             self._note_said(run)
             await self._events.put(port.EngineText(response_id=response_id, delta=delta))
             return
-        rate = engine.capabilities.output_rate
-        chunk_bytes = max(2, rate * engine.chunk_ms // 1000 * 2)
         # A short opening reaches the caller sooner than a whole first sentence.
-        for piece in quick_start([sentence]) if not run.pieces else [sentence]:
-            # A stop while this awaits abandons the piece: its audio is never sent, and
-            # the next is never started. With pacing, the next piece is only made when
-            # the listener is about to need it, so an interrupted reply wastes little work.
+        for piece in quick_start([sentence]) if not run.pieces and run.playing is None else [sentence]:
+            # Made while the piece before it plays out, so the pacer's lead need not cover a
+            # sentence's synthesis: one piece ahead at most. A stop while this awaits abandons
+            # the piece: its audio is never sent, and the next is never started.
             async with asyncio.timeout(SYNTHESIS_WAIT_S):
                 pcm = await engine.run(
                     Priority.SPEECH, engine.models.voice.synthesize, piece, speed=self._config().speed
                 )
-            if not run.pieces:
+            if not run.pieces and run.playing is None:
                 await self._events.put(
                     port.EngineTimings(response_id=response_id, stages=stages.with_speech())
                 )
-            delta = piece if not run.pieces else f" {piece}"
-            start_ms = run.audio_s * 1000.0
-            run.pieces.append((start_ms, start_ms + len(pcm) * 500.0 / rate, piece))
-            self._note_said(run)
-            await self._events.put(port.EngineTranscript(response_id=response_id, delta=delta))
-            for offset in range(0, len(pcm), chunk_bytes):
-                chunk = pcm[offset : offset + chunk_bytes]
-                await run.pacer.wait()
-                await self._events.put(port.EngineAudio(response_id=response_id, pcm=chunk))
-                run.pacer.sent(len(chunk) / 2 / rate)
-                run.audio_s += len(chunk) / 2 / rate
+            await self._played(run)
+            run.playing = asyncio.create_task(
+                self._play(run, piece, pcm), name=f"embedded:play:{response_id}"
+            )
+
+    async def _played(self, run: ReplyRun) -> None:
+        """Wait until the piece playing has all been sent (its last chunk released by the pacer)."""
+        playing, run.playing = run.playing, None
+        if playing is not None:
+            await playing
+
+    async def _play(self, run: ReplyRun, piece: str, pcm: bytes) -> None:
+        """One synthesized piece of the reply: its transcript, then its audio, paced for the listener."""
+        engine = self._engine
+        response_id = run.response_id
+        rate = engine.capabilities.output_rate
+        chunk_bytes = max(2, rate * engine.chunk_ms // 1000 * 2)
+        delta = piece if not run.pieces else f" {piece}"
+        start_ms = run.audio_s * 1000.0
+        run.pieces.append((start_ms, start_ms + len(pcm) * 500.0 / rate, piece))
+        self._note_said(run)
+        await self._events.put(port.EngineTranscript(response_id=response_id, delta=delta))
+        for offset in range(0, len(pcm), chunk_bytes):
+            chunk = pcm[offset : offset + chunk_bytes]
+            await run.pacer.wait()
+            await self._events.put(port.EngineAudio(response_id=response_id, pcm=chunk))
+            run.pacer.sent(len(chunk) / 2 / rate)
+            run.audio_s += len(chunk) / 2 / rate
 
     async def _call(self, run: ReplyRun, part: CallDelta | Call) -> None:
         taken = set(self._calls) | self._history.call_ids()

@@ -74,8 +74,11 @@ class EmbeddedSettings(SettingsSection):
     #: Speed of the reply audio relative to real time; 0 sends it as fast as it is synthesized.
     #: Paced replies stay in progress while heard, so a barge-in stops what is not yet sent.
     pace: float = Field(1.0, ge=0)
-    #: How far a paced reply runs ahead of real time (covers network jitter and the next sentence's synthesis).
-    lead_ms: int = Field(1000, ge=0, le=60_000)
+    #: How far a paced reply runs ahead of real time: what covers network jitter (the next sentence
+    #: is synthesized while this one plays). A client holds about this much unplayed: when caller
+    #: speech holds the reply (``semantic_vad``'s backchannel judgement), one that stops only at
+    #: ``speech_started`` hears the reply stop this long after the hold, not at the verdict.
+    lead_ms: int = Field(200, ge=0, le=60_000)
     #: Sessions this engine admits (each talking caller costs CPU), capped by ``limits.max_sessions``.
     max_sessions: int | None = Field(8, ge=1)
     #: A language model to answer with instead of the offline responder (off by default).
