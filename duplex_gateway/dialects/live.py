@@ -31,12 +31,11 @@ Pure: no asyncio, no sockets, no clock.
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from duplex_gateway.dialects import wire_codec
 from duplex_gateway.dialects.live_backend import (
     BackendDelegations,
     BackendMessage,
@@ -196,7 +195,7 @@ class LiveDialect:
                 f"The message exceeds the {self._max_bytes}-byte limit.",
             )
         try:
-            data = json.loads(frame)
+            data = wire_codec.loads(frame)
         except (ValueError, RecursionError):
             raise LiveProtocolError(
                 "invalid_json", ErrorCode.INVALID_JSON, "The message is not valid JSON."
@@ -221,7 +220,7 @@ class LiveDialect:
         if body is None:
             return None
         wire: JsonObject = {"type": body.pop("type"), "event_id": event_id, **body}
-        return json.dumps(wire, separators=(",", ":"))
+        return wire_codec.dumps(wire)
 
     # session
 
@@ -285,7 +284,7 @@ class LiveDialect:
         if fmt is not None:
             reply.audio_ms += fmt.duration_ms(len(event.audio))
         self._view.output_end_ms = max(self._view.output_end_ms, reply.start_ms + int(reply.audio_ms))
-        return {"type": "session.output_audio.delta", "delta": base64.b64encode(event.audio).decode("ascii")}
+        return {"type": "session.output_audio.delta", "delta": wire_codec.b64encode(event.audio)}
 
     def _output_words(self, event: ev.TranscriptDelta) -> JsonObject | None:
         if not event.delta:
@@ -477,7 +476,7 @@ class LiveDialect:
         for body in bodies:
             self._own_frames += 1
             wire = {"type": body.pop("type"), "event_id": f"event_own_{self._own_frames}", **body}
-            frames.append(json.dumps(wire, separators=(",", ":")))
+            frames.append(wire_codec.dumps(wire))
         return frames
 
     # acknowledgements and errors

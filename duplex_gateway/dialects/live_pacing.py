@@ -9,11 +9,10 @@ reply is cut short. Time arrives as arguments. Pure: no asyncio, no sockets, no 
 
 from __future__ import annotations
 
-import base64
-import json
 from collections import deque
 from dataclasses import dataclass
 
+from duplex_gateway.dialects import wire_codec
 from duplex_gateway.dialects.live import LiveDialect
 from duplex_gateway.vocabulary import commands as cmd
 from duplex_gateway.vocabulary import context_events as ctx
@@ -290,9 +289,9 @@ class PacedLiveDialect(LiveDialect):
         wire = {
             "type": "session.output_audio.delta",
             "event_id": f"event_audio_{self._audio_frames}",
-            "delta": base64.b64encode(audio).decode("ascii"),
+            "delta": wire_codec.b64encode(audio),
         }
-        return json.dumps(wire, separators=(",", ":"))
+        return wire_codec.dumps(wire)
 
     def pump(self, now: float) -> tuple[list[Frame], float | None]:
         """The reply audio due at ``now`` (see :meth:`_audio_frame`), and when to ask again."""

@@ -14,11 +14,10 @@ Pure: no asyncio, no sockets, no clock. The parser of each client event type liv
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Callable
 from typing import Any
 
+from duplex_gateway.dialects import wire_codec
 from duplex_gateway.dialects.fields import invalid
 from duplex_gateway.dialects.realtime_commands import COMMAND_PARSERS
 from duplex_gateway.dialects.realtime_items import render_item
@@ -126,7 +125,7 @@ def _load(text: str | bytes, max_bytes: int) -> object:
     elif len(text) > max_bytes or (len(text) * 4 > max_bytes and _utf8_len(text) > max_bytes):
         raise _too_large(_utf8_len(text), max_bytes)
     try:
-        return json.loads(text)
+        return wire_codec.loads(text)
     except RecursionError:
         raise ProtocolError(ErrorCode.INVALID_JSON, "the message is nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError, and over-long integer literals
@@ -378,7 +377,7 @@ _RENDERERS: dict[type[ServerEvent], _Renderer] = {
     ContentPartDone: lambda e, beta, sid: {**_scoped(e), "part": _part(e.part_type, e.transcript)},
     AudioDelta: lambda e, beta, sid: {
         **_scoped(e),
-        "delta": base64.b64encode(e.audio).decode("ascii"),
+        "delta": wire_codec.b64encode(e.audio),
         # vLLM-Omni's duplex clients read each chunk's own format and rate (and warn without them).
         "format": e.encoding.value,
         "sample_rate_hz": e.rate,
@@ -491,7 +490,7 @@ class RealtimeDialect:
             session_id=self.session_id,
             duplex=self.duplex,
         )
-        return None if payload is None else json.dumps(payload, separators=(",", ":"))
+        return None if payload is None else wire_codec.dumps(payload)
 
     def render_unsequenced(self, event: ServerEvent) -> str:
         self._unsequenced += 1
@@ -504,4 +503,4 @@ class RealtimeDialect:
             duplex=self.duplex,
         )
         assert payload is not None
-        return json.dumps(payload, separators=(",", ":"))
+        return wire_codec.dumps(payload)

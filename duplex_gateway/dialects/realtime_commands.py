@@ -11,11 +11,11 @@ Pure: no asyncio, no sockets, no clock.
 
 from __future__ import annotations
 
-import base64
 import binascii
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
+from duplex_gateway.dialects import wire_codec
 from duplex_gateway.dialects.fields import (
     as_int,
     as_ms,
@@ -79,7 +79,7 @@ def _append(data: Mapping[str, object], event_id: str | None) -> Command:
     if not audio:
         raise invalid("audio", "'audio' must not be empty")
     try:
-        decoded = base64.b64decode(audio, validate=True)
+        decoded = wire_codec.b64decode(audio)
     except (binascii.Error, ValueError):
         raise ProtocolError(ErrorCode.INVALID_BASE64, "'audio' is not valid base64", param="audio") from None
     if not decoded:

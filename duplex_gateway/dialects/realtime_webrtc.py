@@ -19,9 +19,9 @@ nothing. Pure: no asyncio, no sockets, no clock; time arrives as arguments.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
+from duplex_gateway.dialects import wire_codec
 from duplex_gateway.dialects.live_pacing import LivePlayout
 from duplex_gateway.dialects.realtime import RealtimeDialect
 from duplex_gateway.vocabulary import commands as cmd
@@ -140,7 +140,7 @@ class WebRtcRealtimeDialect(RealtimeDialect):
     def _event(self, kind: str, response_id: str) -> str:
         self._own_events += 1
         wire = {"type": kind, "event_id": f"event_rtc_{self._own_events}", "response_id": response_id}
-        return json.dumps(wire, separators=(",", ":"))
+        return wire_codec.dumps(wire)
 
     # -- the pacing ------------------------------------------------------------------------------
 

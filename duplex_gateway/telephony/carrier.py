@@ -14,14 +14,13 @@ and has not played) and, where the protocol has one, an in-band hang-up.
 
 from __future__ import annotations
 
-import base64
 import binascii
-import json
 from abc import ABC
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
+from duplex_gateway.dialects import wire_codec
 from duplex_gateway.telephony.control import (
     Answer,
     AnswerHook,
@@ -266,7 +265,7 @@ def json_message(frame: Frame, carrier: str) -> dict[str, Any]:
     if isinstance(frame, bytes):
         raise ProtocolError(ErrorCode.BINARY_NOT_SUPPORTED, f"{carrier} sends JSON text messages only")
     try:
-        data = json.loads(frame)
+        data = wire_codec.loads(frame)
     except ValueError:
         raise ProtocolError(ErrorCode.INVALID_JSON, f"a {carrier} message is not valid JSON") from None
     if not isinstance(data, dict):
@@ -280,14 +279,14 @@ def media_payload(media: Mapping[str, Any], carrier: str) -> bytes:
     if not isinstance(payload, str):
         raise bad_message(f"a {carrier} media message has no payload")
     try:
-        return base64.b64decode(payload, validate=True)
+        return wire_codec.b64decode(payload)
     except (binascii.Error, ValueError):
         raise bad_message(f"a {carrier} media payload is not valid base64") from None
 
 
 def dump(message: Mapping[str, Any]) -> str:
     """A control or media message as compact JSON text."""
-    return json.dumps(message, separators=(",", ":"))
+    return wire_codec.dumps(message)
 
 
 def peek_json(frame: Frame) -> dict[str, Any] | None:
@@ -295,7 +294,7 @@ def peek_json(frame: Frame) -> dict[str, Any] | None:
     if not isinstance(frame, str):
         return None
     try:
-        data = json.loads(frame)
+        data = wire_codec.loads(frame)
     except ValueError:
         return None
     return data if isinstance(data, dict) else None

@@ -20,6 +20,7 @@ from duplex_gateway.dialects import (
     realtime_items,
     realtime_tools,
     realtime_webrtc,
+    wire_codec,
 )
 
 _FORBIDDEN = {
@@ -43,6 +44,9 @@ _ALLOWED = {
     "base64",
     "binascii",
     "json",
+    # JSON and base64 codecs, nothing else (wire_codec).
+    "orjson",
+    "pybase64",
     "math",
     "collections",
     "dataclasses",
@@ -69,7 +73,16 @@ def _imports(module: ModuleType) -> set[str]:
 
 @pytest.mark.parametrize(
     "module",
-    [realtime_commands, realtime_items, realtime_tools, realtime_webrtc, live_webrtc, fields, base],
+    [
+        realtime_commands,
+        realtime_items,
+        realtime_tools,
+        realtime_webrtc,
+        live_webrtc,
+        fields,
+        base,
+        wire_codec,
+    ],
     ids=lambda m: m.__name__,
 )
 def test_dialect_module_is_pure(module: ModuleType) -> None:
@@ -82,7 +95,7 @@ def test_every_dialect_module_is_held_to_purity() -> None:
     # A module added to the package later must join a purity test, here or in test_realtime.py.
     checked = {"realtime", "realtime_session", "realtime_commands", "realtime_items", "realtime_tools"}
     checked |= {"realtime_webrtc", "live_webrtc"}
-    checked |= {"fields", "base", "__init__"}
+    checked |= {"fields", "base", "wire_codec", "__init__"}
     # held to it in test_live.py
     checked |= {"live", "live_backend", "live_commands", "live_errors", "live_pacing", "live_session"}
     package = Path(realtime_commands.__file__ or "").parent

@@ -11,10 +11,10 @@ echoed once the audio before them has played; the stream ends with ``stop``.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from duplex_gateway.dialects import wire_codec
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.control import CarrierSettings
 from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
@@ -103,7 +103,7 @@ class ExotelCarrier:
     def media(self, audio: bytes) -> Sequence[Frame]:
         # One frame per piece: the playout cuts pieces of the framing above (3.2 to 4.8 KB), far
         # under Exotel's 100 KB maximum, so they need no further cutting here.
-        payload = base64.b64encode(audio).decode("ascii")
+        payload = wire_codec.b64encode(audio)
         return [call.dump({"event": "media", "stream_sid": self.stream_sid, "media": {"payload": payload}})]
 
     def mark(self, name: str) -> Frame | None:

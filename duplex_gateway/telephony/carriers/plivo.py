@@ -30,6 +30,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import Field
 
+from duplex_gateway.dialects import wire_codec
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.control import (
     NOT_CONFIGURED,
@@ -155,7 +156,7 @@ class PlivoCarrier:
                     "media": {
                         "contentType": _MULAW if fmt.encoding is Encoding.G711_ULAW else _L16,
                         "sampleRate": fmt.rate,
-                        "payload": base64.b64encode(audio).decode("ascii"),
+                        "payload": wire_codec.b64encode(audio),
                     },
                 }
             )

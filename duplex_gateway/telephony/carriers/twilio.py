@@ -30,6 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from pydantic import Field
 
+from duplex_gateway.dialects import wire_codec
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.telephony.control import (
     NOT_CONFIGURED,
@@ -136,7 +137,7 @@ class TwilioCarrier:
         )
 
     def media(self, audio: bytes) -> Sequence[Frame]:
-        payload = base64.b64encode(audio).decode("ascii")
+        payload = wire_codec.b64encode(audio)
         return [call.dump({"event": "media", "streamSid": self.stream_sid, "media": {"payload": payload}})]
 
     def mark(self, name: str) -> Frame | None:

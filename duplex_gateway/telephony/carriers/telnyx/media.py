@@ -13,12 +13,12 @@ messages.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from duplex_gateway.dialects import wire_codec
 from duplex_gateway.telephony import carrier as call
 from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
 from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
@@ -176,9 +176,7 @@ class TelnyxCarrier:
     def media(self, audio: bytes) -> Sequence[Frame]:
         codec = self._codec
         payload = codec.encode(audio) if codec is not None else audio
-        return [
-            call.dump({"event": "media", "media": {"payload": base64.b64encode(payload).decode("ascii")}})
-        ]
+        return [call.dump({"event": "media", "media": {"payload": wire_codec.b64encode(payload)}})]
 
     def mark(self, name: str) -> Frame | None:
         return call.dump({"event": "mark", "mark": {"name": name}})
