@@ -48,6 +48,7 @@ from duplex_gateway.engine.embedded.responder import DIDNT_CATCH, Responder, Res
 from duplex_gateway.engine.embedded.spec import WhisperWindow
 from duplex_gateway.engine.embedded.tool_router import ToolRouter
 from duplex_gateway.engine.embedded.tts import PiperSynthesizer, split_sentences, voice_sample_rate
+from duplex_gateway.engine.embedded.turn_audio import Mark, TurnAudio
 from duplex_gateway.engine.embedded.workers import Priority, PriorityWorkers
 from duplex_gateway.engine.event_queue import EngineEventQueue
 from duplex_gateway.vocabulary.session_config import SessionConfig
@@ -60,8 +61,6 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 _EVENT_QUEUE_SIZE: Final = 256
-#: Audio after a pause counts as silence if its RMS is below this share of the turn's.
-_QUIET_TAIL_RATIO: Final = 0.25
 #: Caller audio waiting for the partial recognizer beyond this is dropped (and
 #: the partial restarted): a partial that far behind is of no use to anyone.
 _MAX_PARTIAL_BACKLOG_S: Final = 5.0
@@ -110,16 +109,13 @@ class EmbeddedSession(port.EngineSession):
         self._events = EngineEventQueue(_EVENT_QUEUE_SIZE)
         self._closed = False
         # The turn being spoken: its most recent max_turn_s, as PCM16.
-        self._turn = bytearray()
-        self._max_turn_bytes = max(2, int(engine.max_turn_s * SAMPLE_RATE) * 2)
-        # Bytes appended to this turn in all (the buffer itself may have been trimmed).
-        self._turn_total = 0
+        self._turn = TurnAudio(int(engine.max_turn_s * SAMPLE_RATE) * 2)
         # A transcription started when the caller paused: how much of the turn it
         # covers, and its result. The commit that usually follows reuses it.
         # The job is kept to tell whether it has started.
-        self._early: tuple[int, asyncio.Future[str], concurrent.futures.Future[str]] | None = None
+        self._early: tuple[Mark, asyncio.Future[str], concurrent.futures.Future[str]] | None = None
         # Where in the turn the early transcription's words, sent as the partial transcript, end.
-        self._words_heard_at: int | None = None
+        self._words_heard_at: Mark | None = None
         # Partials: audio not yet decoded, coalesced, and a flag asking the
         # worker to start a new utterance. ``_turn_no`` tells the worker when a
         # hypothesis belongs to a turn that has been committed or cleared. A
@@ -155,11 +151,7 @@ class EmbeddedSession(port.EngineSession):
         # The client's chunk hints are not read: this engine hears the audio itself.
         if self._closed or not pcm:
             return
-        self._turn += pcm
-        self._turn_total += len(pcm)
-        overflow = len(self._turn) - self._max_turn_bytes
-        if overflow > 0:  # a monologue: keep its most recent max_turn_s
-            del self._turn[: overflow + (overflow & 1)]
+        self._turn.append(pcm)
         if not self._partials_on:
             return
         self._feed += pcm
@@ -177,12 +169,12 @@ class EmbeddedSession(port.EngineSession):
         """
         if self._closed or not self._turn:
             return
-        if self._early is not None and self._early[0] == self._turn_total:
+        if self._early is not None and self._turn.since(self._early[0]) == 0:
             return
         if self._early is not None:
             # Superseded: the commit can only reuse the transcription of the longest turn.
             self._drop_early()
-        pcm = bytes(self._turn)
+        pcm = self._turn.snapshot()
         logger.debug(
             "session %s: caller paused after %.2f s of turn; transcribing early",
             self._session_id,
@@ -193,7 +185,7 @@ class EmbeddedSession(port.EngineSession):
         # A failed guess is not an error; the commit transcribes again.
         early.add_done_callback(lambda f: f.cancelled() or f.exception())
         early.add_done_callback(functools.partial(self._early_heard, self._turn_no))
-        self._early = (self._turn_total, early, job)
+        self._early = (self._turn.mark(), early, job)
 
     async def commit(
         self,
@@ -206,7 +198,7 @@ class EmbeddedSession(port.EngineSession):
     ) -> None:
         if self._closed:
             return
-        early, pcm = self._reusable_early(bytes(self._turn))
+        early, pcm = self._reusable_early(self._turn.snapshot())
         logger.debug(
             "session %s commit %s: %s",
             self._session_id,
@@ -216,7 +208,6 @@ class EmbeddedSession(port.EngineSession):
         if early is None and self._early is not None:
             self._drop_early()  # not reused (the caller went on, or it was still queued): not worth finishing
         self._turn.clear()
-        self._turn_total = 0
         self._early = None
         self._restart_partials()
         # Whisper runs in the background: commit must return at once so the
@@ -263,7 +254,6 @@ class EmbeddedSession(port.EngineSession):
 
     async def clear_input(self) -> None:
         self._turn.clear()
-        self._turn_total = 0
         self._early = None
         self._restart_partials()
 
@@ -287,8 +277,7 @@ class EmbeddedSession(port.EngineSession):
         heard_at = self._words_heard_at
         if heard_at is None:
             return False
-        tail_bytes = self._turn_total - heard_at
-        if 0 <= tail_bytes <= len(self._turn) and _is_quiet_tail(bytes(self._turn), tail_bytes):
+        if self._turn.quiet_since(heard_at):
             return True
         self._words_heard_at = None
         return False
@@ -313,8 +302,8 @@ class EmbeddedSession(port.EngineSession):
         if self._early is None:
             return None, pcm
         covered, early, job = self._early
-        tail_bytes = self._turn_total - covered
-        if tail_bytes > len(pcm) or (tail_bytes and not _is_quiet_tail(pcm, tail_bytes)):
+        tail_bytes = self._turn.since(covered)
+        if not 0 <= tail_bytes <= len(pcm) or not self._turn.quiet_since(covered):
             return None, pcm  # the caller spoke again after the pause
         heard = pcm[: len(pcm) - tail_bytes]
         if job.cancel():
@@ -792,14 +781,3 @@ def _release_if_dropped(
 ) -> None:
     if job.cancelled():
         pool.release(recognizer)
-
-
-def _is_quiet_tail(pcm: bytes, tail_bytes: int) -> bool:
-    """Whether the last ``tail_bytes`` of ``pcm`` are much quieter than the turn as a whole."""
-    samples = np.frombuffer(pcm[: len(pcm) - len(pcm) % 2], dtype="<i2").astype(np.float32)
-    tail = samples[-(tail_bytes // 2) :] if tail_bytes >= 2 else samples[:0]
-    if tail.size == 0:
-        return True
-    whole = float(np.sqrt(np.mean(samples**2)))
-    rest = float(np.sqrt(np.mean(tail**2)))
-    return bool(rest <= _QUIET_TAIL_RATIO * whole)
