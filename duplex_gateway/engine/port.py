@@ -321,6 +321,9 @@ class EngineInputTranscript(EngineEvent):
     item_id: str
     text: str
     final: bool = False
+    #: How sure the recognizer is of the last word of a partial (0-1), where it says: an unsure
+    #: last word is a cue, for ``semantic_vad``, that the caller may not be done.
+    last_word_confidence: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

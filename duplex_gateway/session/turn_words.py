@@ -6,14 +6,16 @@ synthetic voice, sounds finished to it). Where the engine streams the caller's w
 are recognized, the last of them is a second cue: an article, a preposition, a conjunction or a
 contraction still waiting for its complement cannot end an English sentence, so the turn is not done
 whatever the audio says, for a while (:data:`WORDS_VETO_MS`): a caller who really stopped there
-is answered by the next judgement, a second later.
+is answered by the next judgement, a second later. Where the recognizer says how sure it is of
+the last word (the embedded engine's Whisper), an unsure one counts the same: a word reduced
+before a pause is the one a recognizer mishears as a sentence's end.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["UNFINISHED_ENDINGS", "WORDS_VETO_MS", "sounds_unfinished"]
+__all__ = ["UNFINISHED_ENDINGS", "UNSURE_LAST_WORD", "WORDS_VETO_MS", "sounds_unfinished"]
 
 #: Words an English sentence does not end on (lower case, no punctuation). A question may end on
 #: a preposition ("where are you from"); that costs it one later judgement, not its answer.
@@ -75,13 +77,24 @@ _TRAILING_OFF: Final = ("...", "\u2026", ",", "-", "\u2014")
 #: thinking pause rarely lasts longer, and a recognizer's wrong last word ("...close to my" for
 #: "...close tonight") must not hold a finished caller for long: the judgement after it ends the turn.
 WORDS_VETO_MS: Final = 1_000
+#: A last word the recognizer is less sure of than this is no evidence that the sentence is over.
+#: Whisper hears a sentence cut at a reduced "to", "for" or "in" as a finished one ("...from the
+#: station too.", "...pay for it.") and gives that last word 0.3-0.6, where the last words of
+#: finished sentences in the test set get 0.6-1.0; the few finished ones below the line wait one
+#: more judgement, not their answer.
+UNSURE_LAST_WORD: Final = 0.7
 
 
-def sounds_unfinished(words: str) -> bool:
-    """The last of ``words`` (the caller's turn so far) is one a sentence cannot end on."""
+def sounds_unfinished(words: str, last_word_confidence: float | None = None) -> bool:
+    """The last of ``words`` (the caller's turn so far) is one a sentence cannot end on, or unsure.
+
+    ``last_word_confidence``: the recognizer's, where it gives one (0-1).
+    """
     tokens = words.lower().replace("\u2019", "'").split()
     if not tokens:
         return False
+    if last_word_confidence is not None and last_word_confidence < UNSURE_LAST_WORD:
+        return True
     final = tokens[-1].rstrip('"()')
     if final.endswith(_TRAILING_OFF):
         return True  # Whisper writes a sentence that trails off with an ellipsis, a comma or a dash

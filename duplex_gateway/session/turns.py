@@ -175,9 +175,7 @@ class TurnTracker:
         self._vetoed = None
         if probability is not None:
             silence_ms = call.candidate.audio_end_ms - call.candidate.speech_end_ms
-            unfinished = silence_ms < WORDS_VETO_MS and sounds_unfinished(
-                self._partials.hypothesis(call.item_id)
-            )
+            unfinished = silence_ms < WORDS_VETO_MS and self._partials.sound_unfinished(call.item_id)
             if probability < call.threshold or unfinished:
                 # Not done: more speech, a later judgement or the longest wait ends it; the wait runs
                 # on the clock too, for a client that stops sending audio after its words.
@@ -204,7 +202,7 @@ class TurnTracker:
         if self._speech_item_id != call.item_id or not detector.awaiting(call.candidate):
             self._vetoed = None
             return None
-        if sounds_unfinished(self._partials.hypothesis(call.item_id)):
+        if self._partials.sound_unfinished(call.item_id):
             return None
         self._vetoed = self._judged_end = None
         stop = detector.end_turn(call.candidate)
@@ -345,7 +343,10 @@ class TurnTracker:
             or ""
         )
         if not event.final:
-            deltas = self._partials.delta(item_id, event.text)  # kept either way: semantic_vad reads them
+            # Kept either way: semantic_vad reads them.
+            deltas = self._partials.delta(
+                item_id, event.text, last_word_confidence=event.last_word_confidence
+            )
             return list(deltas) if tell_client else []
         record = conversation.get(item_id)
         if record is not None:
@@ -411,13 +412,22 @@ class PartialTranscripts:
     def __init__(self) -> None:
         # Per caller item: (words already sent as deltas, the engine's last hypothesis).
         self._partials: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        # Per caller item: the recognizer's confidence in the last hypothesis's last word.
+        self._confidence: dict[str, float | None] = {}
 
     def hypothesis(self, item_id: str) -> str:
         """The engine's latest hypothesis of the words of ``item_id`` ("" if none came)."""
         return " ".join(self._partials.get(item_id, ((), ()))[1])
 
-    def delta(self, item_id: str, hypothesis: str) -> list[ev.InputTranscriptionDelta]:
+    def sound_unfinished(self, item_id: str) -> bool:
+        """Whether the latest words of ``item_id`` read as a sentence not yet over (:mod:`.turn_words`)."""
+        return sounds_unfinished(self.hypothesis(item_id), self._confidence.get(item_id))
+
+    def delta(
+        self, item_id: str, hypothesis: str, *, last_word_confidence: float | None = None
+    ) -> list[ev.InputTranscriptionDelta]:
         """The words of ``hypothesis`` newly agreed on, as a delta (nothing if none)."""
+        self._confidence[item_id] = last_word_confidence
         emitted, previous = self._partials.get(item_id, ((), ()))
         words = tuple(hypothesis.split())
         stable = tuple(
@@ -432,7 +442,9 @@ class PartialTranscripts:
             emitted = stable
         self._partials[item_id] = (emitted, words)
         while len(self._partials) > 4:  # only the turn being spoken matters
-            self._partials.pop(next(iter(self._partials)))
+            oldest = next(iter(self._partials))
+            del self._partials[oldest]
+            self._confidence.pop(oldest, None)
         if not new:
             return []
         delta = " ".join(new)

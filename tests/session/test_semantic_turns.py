@@ -164,6 +164,27 @@ def test_newer_words_that_sound_finished_end_a_turn_the_words_alone_kept_going()
     assert dict(report.latency.stages)["turn_model"] == 30.0
 
 
+def test_words_the_recognizer_is_unsure_of_keep_the_turn_going_until_surer_words_come() -> None:
+    session = _session()
+    _feed(session, 0, 320, 0.01)
+    _feed(session, 320, 1024, 0.95)
+    session.engine_event(
+        port.EngineInputTranscript(
+            item_id="", text="I need a taxi from the station too.", final=False, last_word_confidence=0.4
+        ),
+        now=0.5,
+    )
+    (assess,) = [o for o in _feed(session, 1344, 320, 0.01) if isinstance(o, AssessTurn)]
+    assert session.turn_assessed(assess, 0.95) == []  # "too", at 0.4: perhaps "to", and more to come
+    out = session.engine_event(
+        port.EngineInputTranscript(
+            item_id="", text="I need a taxi from the station too.", final=False, last_word_confidence=0.9
+        ),
+        now=0.6,
+    )
+    assert [s.audio_end_ms for s in out if isinstance(s, ev.SpeechStopped)] == [assess.candidate.audio_end_ms]
+
+
 def test_newer_words_lift_no_veto_once_the_caller_spoke_again_or_the_model_said_not_done() -> None:
     session = _session()
     _vetoed(session, "book a table for")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from duplex_gateway.session.turn_words import sounds_unfinished
+from duplex_gateway.session.turn_words import UNSURE_LAST_WORD, sounds_unfinished
 
 
 @pytest.mark.parametrize(
@@ -45,3 +45,20 @@ def test_a_turn_ending_on_a_word_no_sentence_ends_on_is_unfinished(words: str) -
 )
 def test_a_turn_ending_as_a_sentence_can_is_left_to_the_audio(words: str) -> None:
     assert not sounds_unfinished(words)
+
+
+def test_an_unsure_last_word_is_no_evidence_of_a_finished_sentence() -> None:
+    # Whisper's "...from the station too." for a caller who paused after "to", at 0.4.
+    assert sounds_unfinished("I need a taxi from the station too.", last_word_confidence=0.4)
+    assert not sounds_unfinished("I need a taxi from the station too.", last_word_confidence=0.95)
+    # A recognizer that gives no confidence leaves the words alone.
+    assert not sounds_unfinished("I need a taxi from the station too.", last_word_confidence=None)
+    # Nothing heard is nothing to doubt.
+    assert not sounds_unfinished("", last_word_confidence=0.1)
+    # A sure word no sentence ends on is still unfinished.
+    assert sounds_unfinished("book a table for", last_word_confidence=0.99)
+
+
+def test_the_unsure_line_sits_between_the_test_sets_cut_and_finished_last_words() -> None:
+    # Measured on the turn-taking set: cut sentences' misheard last words 0.3-0.6, finished 0.6-1.0.
+    assert 0.6 < UNSURE_LAST_WORD <= 0.75

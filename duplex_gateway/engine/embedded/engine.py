@@ -36,6 +36,7 @@ from duplex_gateway.engine import port
 from duplex_gateway.engine.embedded.asr import (
     SAMPLE_RATE,
     FinalRecognizer,
+    Heard,
     PartialRecognizer,
     PartialRecognizerPool,
 )
@@ -113,7 +114,7 @@ class EmbeddedSession(port.EngineSession):
         # A transcription started when the caller paused: how much of the turn it
         # covers, and its result. The commit that usually follows reuses it.
         # The job is kept to tell whether it has started.
-        self._early: tuple[Mark, asyncio.Future[str], concurrent.futures.Future[str]] | None = None
+        self._early: tuple[Mark, asyncio.Future[Heard], concurrent.futures.Future[Heard]] | None = None
         # Where in the turn the early transcription's words, sent as the partial transcript, end.
         self._words_heard_at: Mark | None = None
         # Partials: audio not yet decoded, coalesced, and a flag asking the
@@ -180,7 +181,7 @@ class EmbeddedSession(port.EngineSession):
             self._session_id,
             len(pcm) / 2 / SAMPLE_RATE,
         )
-        job = self._engine.submit(Priority.EARLY, self._engine.transcribe, pcm)
+        job = self._engine.submit(Priority.EARLY, self._engine.hear, pcm)
         early = asyncio.wrap_future(job)
         # A failed guess is not an error; the commit transcribes again.
         early.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -257,7 +258,7 @@ class EmbeddedSession(port.EngineSession):
         self._early = None
         self._restart_partials()
 
-    def _early_heard(self, turn_no: int, early: asyncio.Future[str]) -> None:
+    def _early_heard(self, turn_no: int, early: asyncio.Future[Heard]) -> None:
         """Whisper's words for the turn so far are the caller's partial transcript while the caller stays quiet.
 
         They are far better words than pocketsphinx's, and the gateway's ``semantic_vad`` reads
@@ -267,10 +268,15 @@ class EmbeddedSession(port.EngineSession):
         if early.cancelled() or early.exception() is not None or turn_no != self._turn_no or self._closed:
             return
         current = self._early
-        if current is None or current[1] is not early or not early.result():
+        heard = early.result()
+        if current is None or current[1] is not early or not heard.text:
             return
         self._words_heard_at = current[0]
-        self._events.offer(port.EngineInputTranscript(item_id="", text=early.result(), final=False))
+        self._events.offer(
+            port.EngineInputTranscript(
+                item_id="", text=heard.text, final=False, last_word_confidence=heard.last_word_confidence
+            )
+        )
 
     def _whisper_words_stand(self) -> bool:
         """Whisper's partial words still cover the turn: nothing but quiet came after them."""
@@ -291,7 +297,7 @@ class EmbeddedSession(port.EngineSession):
         job.cancel()
         early.cancel()
 
-    def _reusable_early(self, pcm: bytes) -> tuple[asyncio.Future[str] | None, bytes]:
+    def _reusable_early(self, pcm: bytes) -> tuple[asyncio.Future[Heard] | None, bytes]:
         """The pause-time transcription if it can stand for the turn ``pcm``, and the audio to transcribe.
 
         When everything the caller sent after the pause is quiet, the turn's words ended there,
@@ -381,7 +387,7 @@ class EmbeddedSession(port.EngineSession):
         item_id: str,
         pcm: bytes,
         previous: asyncio.Task[str] | None,
-        early: asyncio.Future[str] | None = None,
+        early: asyncio.Future[Heard] | None = None,
     ) -> str:
         if previous is not None:
             # One turn at a time, so final transcripts arrive in turn order.
@@ -402,10 +408,10 @@ class EmbeddedSession(port.EngineSession):
         await self._events.put(port.EngineInputTranscript(item_id=item_id, text=text, final=True))
         return text
 
-    async def _early_or_fresh(self, early: asyncio.Future[str] | None, pcm: bytes) -> str:
+    async def _early_or_fresh(self, early: asyncio.Future[Heard] | None, pcm: bytes) -> str:
         if early is not None:
             with contextlib.suppress(Exception):
-                return await early
+                return (await early).text
         return await self._engine.run(Priority.FINAL, self._engine.transcribe, pcm)
 
     # -- partials --------------------------------------------------------------------------
@@ -750,10 +756,17 @@ class EmbeddedEngine(port.Engine):
 
     def transcribe(self, pcm: bytes) -> str:
         """Whisper on one turn, in a worker thread; the turn's window unless ``full`` is asked and nobody waits."""
+        return self.models.final.transcribe(pcm, short_window=self._short_window())
+
+    def hear(self, pcm: bytes) -> Heard:
+        """:meth:`transcribe`, with Whisper's confidence in the last word (for the words cue of a pause)."""
+        return self.models.final.hear(pcm, short_window=self._short_window(), last_word_confidence=True)
+
+    def _short_window(self) -> bool:
         executor = self._executor
         # This job is one of them: more than one means callers are queueing for Whisper.
         queueing = executor is not None and executor.load(Priority.FINAL, Priority.EARLY) > 1
-        return self.models.final.transcribe(pcm, short_window=queueing or self.whisper_window == "turn")
+        return queueing or self.whisper_window == "turn"
 
     def _release_late_recognizer(self, job: concurrent.futures.Future[PartialRecognizer]) -> None:
         if not job.cancelled() and job.exception() is None:

@@ -21,8 +21,10 @@ from duplex_gateway.engine.embedded.asr import (
     whisper_model_path,
     with_noise_floor,
 )
+from duplex_gateway.session.turn_words import sounds_unfinished
 from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
 from tests.fixtures import PHRASES, SPEECH_TEXT, load_speech
+from tests.fixtures.turn_set import COMPLETE, PAUSED, Turn
 from tests.wer import corpus_wer, wer
 
 CHUNK = SAMPLE_RATE // 10 * 2  # 100 ms of PCM16
@@ -272,3 +274,59 @@ def test_clipped_and_non_finite_input_does_not_fail(final_recognizer: FinalRecog
 
 def test_shared_model_is_loaded_once(final_recognizer: FinalRecognizer) -> None:
     assert FinalRecognizer.shared(cpu_threads=2) is final_recognizer
+
+
+def test_the_words_with_their_confidence_are_as_accurate(final_recognizer: FinalRecognizer) -> None:
+    # What the embedded engine transcribes at a caller's pause, and usually keeps as the turn's text.
+    # Measured 2.8 % at 16 kHz and 7.2 % at 8 kHz mu-law, as without the confidence.
+    references = [phrase.text for phrase in PHRASES] + [SPEECH_TEXT]
+    clips = [phrase.load() for phrase in PHRASES] + [load_speech()]
+    for wire, bound in (
+        (AudioFormat(encoding=Encoding.PCM16, rate=16_000), 0.06),
+        (AudioFormat(encoding=Encoding.G711_ULAW, rate=8_000), 0.12),
+    ):
+        heard = [
+            final_recognizer.hear(_as_caller_sends(clip, wire), short_window=True, last_word_confidence=True)
+            for clip in clips
+        ]
+        assert all(h.last_word_confidence is not None for h in heard)
+        pairs = [(ref, h.text) for ref, h in zip(references, heard, strict=True)]
+        score = corpus_wer(pairs)
+        print(f"\nwith confidence, {wire.rate} Hz {wire.encoding}: WER {score:.1%}")
+        assert score <= bound, pairs
+        assert all(wer(ref, hyp) < 0.75 for ref, hyp in pairs), pairs
+
+
+@pytest.mark.parametrize(
+    ("rate", "encoding"), [(16_000, Encoding.PCM16), (8_000, Encoding.G711_ULAW)], ids=["16k", "8k-ulaw"]
+)
+def test_a_sentence_cut_at_its_pause_reads_as_unfinished(
+    final_recognizer: FinalRecognizer, rate: int, encoding: Encoding
+) -> None:
+    """The words cue of ``semantic_vad`` from Whisper's words and its confidence in the last one.
+
+    Over the turn-taking set, each turn as heard a moment into the caller's silence: sentences cut at
+    their mid-sentence pause must read as unfinished, finished ones (mostly) not. Measured at 16 and
+    8 kHz, with 0.15-0.5 s of silence: 15-16 of 16 cut ones unfinished (the miss: espeak's "opening
+    hours of", heard without its "of"), 1-3 of 16 finished ones unfinished (which wait one more
+    judgement). Without the confidence, 13-14 of 16 cut ones.
+    """
+    wire = AudioFormat(encoding=encoding, rate=rate)
+    quiet = np.zeros(SAMPLE_RATE * 3 // 10, np.float32)
+
+    def unfinished(turn: Turn) -> bool:
+        samples = turn.load()
+        if turn.pause_ms is not None:
+            samples = samples[: turn.pause_ms[0] * SAMPLE_RATE // 1000]
+        heard = final_recognizer.hear(
+            _as_caller_sends(np.concatenate([samples, quiet]), wire),
+            short_window=True,
+            last_word_confidence=True,
+        )
+        return sounds_unfinished(heard.text, heard.last_word_confidence)
+
+    missed = [turn.text for turn in PAUSED if not unfinished(turn)]
+    held = [turn.text for turn in COMPLETE if unfinished(turn)]
+    print(f"\n{rate} Hz: cut sentences read as finished {missed}, finished ones as unfinished {held}")
+    assert len(missed) <= 2, missed
+    assert len(held) <= 4, held

@@ -21,6 +21,7 @@ import pytest
 from duplex_gateway.config import load_settings
 from duplex_gateway.engine import port
 from duplex_gateway.engine.embedded import DIDNT_CATCH, EmbeddedEngine
+from duplex_gateway.engine.embedded.asr import Heard
 from duplex_gateway.engine.embedded.workers import Priority
 from duplex_gateway.engine.registry import build_engine
 from duplex_gateway.vocabulary.session_config import SessionConfig
@@ -541,18 +542,18 @@ class CountingTranscriber:
 
     def __init__(self, engine: EmbeddedEngine) -> None:
         self.calls = 0
-        self._real = engine.models.final.transcribe
+        self._real = engine.models.final.hear
 
-    def __call__(self, pcm: Any, **options: Any) -> str:
+    def __call__(self, pcm: Any, **options: Any) -> Heard:
         self.calls += 1
-        return self._real(pcm, **options)  # type: ignore[no-any-return]
+        return self._real(pcm, **options)
 
 
 async def test_a_pause_starts_the_transcription_the_commit_reuses(
     engine: EmbeddedEngine, speech_pcm: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     counter = CountingTranscriber(engine)
-    monkeypatch.setattr(engine.models.final, "transcribe", counter)
+    monkeypatch.setattr(engine.models.final, "hear", counter)
     async with opened(engine, "early") as session:
         await speak(session, speech_pcm, pace_s=0)
         await session.caller_paused()
@@ -580,17 +581,21 @@ async def test_the_words_heard_at_a_pause_stand_as_the_partial_while_the_caller_
         seen: list[port.EngineEvent] = []
         while not any(isinstance(e, port.EngineInputTranscript) and e.final for e in seen):
             seen += await read_until(session.events(), port.EngineInputTranscript)
-    partials = [e.text for e in seen if isinstance(e, port.EngineInputTranscript) and not e.final]
+    partials = [e for e in seen if isinstance(e, port.EngineInputTranscript) and not e.final]
     final = next(e.text for e in seen if isinstance(e, port.EngineInputTranscript) and e.final)
     assert wer(SPEECH_TEXT, final) <= 0.25, final
-    assert partials and partials[-1] == final, partials
+    assert partials and partials[-1].text == final, [e.text for e in partials]
+    # Whisper says how sure it is of the last word (semantic_vad's words cue reads it); pocketsphinx does not.
+    confidence = partials[-1].last_word_confidence
+    assert confidence is not None and 0.0 < confidence <= 1.0
+    assert any(e.last_word_confidence is None for e in partials[:-1])
 
 
 async def test_speech_after_the_pause_is_transcribed_afresh(
     engine: EmbeddedEngine, speech_pcm: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     counter = CountingTranscriber(engine)
-    monkeypatch.setattr(engine.models.final, "transcribe", counter)
+    monkeypatch.setattr(engine.models.final, "hear", counter)
     half = len(speech_pcm) // 2 // CHUNK * CHUNK
     async with opened(engine, "resumed") as session:
         await speak(session, speech_pcm[:half], pace_s=0)
@@ -609,10 +614,12 @@ async def test_speech_after_the_pause_is_transcribed_afresh(
 async def test_a_turn_the_recognizer_fails_on_is_reported_and_still_answered(
     engine: EmbeddedEngine, speech_pcm: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(pcm: bytes, **options: Any) -> str:  # fault injection: the real recognizer, made to fail once
+    def broken(
+        pcm: bytes, **options: Any
+    ) -> Heard:  # fault injection: the real recognizer, made to fail once
         raise RuntimeError("decoder crashed")
 
-    monkeypatch.setattr(engine.models.final, "transcribe", broken)
+    monkeypatch.setattr(engine.models.final, "hear", broken)
     async with opened(engine, "failing-asr") as session:
         await session.append_audio(speech_pcm[: CHUNK * 10])
         await session.commit(item_id="item_f1", response_id="resp_f1")
@@ -632,15 +639,15 @@ class HeldTranscriber:
     def __init__(self, engine: EmbeddedEngine) -> None:
         self.heard: list[bytes] = []
         self.release = threading.Event()
-        self._real = engine.models.final.transcribe
+        self._real = engine.models.final.hear
 
-    def __call__(self, pcm: Any, **options: Any) -> str:
+    def __call__(self, pcm: Any, **options: Any) -> Heard:
         if not self.heard:
             self.heard.append(bytes(pcm))
             self.release.wait(20)
         else:
             self.heard.append(bytes(pcm))
-        return self._real(pcm, **options)  # type: ignore[no-any-return]
+        return self._real(pcm, **options)
 
 
 async def test_a_turn_is_transcribed_from_the_same_audio_whether_or_not_its_pause_guess_had_started(
@@ -648,7 +655,7 @@ async def test_a_turn_is_transcribed_from_the_same_audio_whether_or_not_its_paus
 ) -> None:
     """Whisper's words shift with the silence after them: the commit must not hand it more than the pause did."""
     held = HeldTranscriber(engine)
-    monkeypatch.setattr(engine.models.final, "transcribe", held)
+    monkeypatch.setattr(engine.models.final, "hear", held)
     async with opened(engine, "busy") as other, opened(engine, "queued") as session:
         # Another caller's pause-time guess holds the one thread such guesses may take ...
         await speak(other, speech_pcm, pace_s=0)
@@ -676,7 +683,7 @@ async def test_a_guess_the_commit_does_not_reuse_can_no_longer_start_once_it_ret
 ) -> None:
     """Between the commit and the loop's next turn a free worker could start the dropped guess."""
     held = HeldTranscriber(engine)
-    monkeypatch.setattr(engine.models.final, "transcribe", held)
+    monkeypatch.setattr(engine.models.final, "hear", held)
     submitted: list[tuple[Priority, concurrent.futures.Future[Any]]] = []
     submit = engine.submit
 
