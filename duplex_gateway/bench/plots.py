@@ -12,7 +12,7 @@ __all__ = ["GROUPS", "write_plots"]
 
 #: Targets drawn together: each with the peer it is compared with.
 GROUPS: list[tuple[str, tuple[str, ...]]] = [
-    ("echo engine vs the websockets floor", ("floor", "gateway-echo")),
+    ("echo engine vs the floors", ("floor", "floor-picows", "gateway-echo")),
     ("vllm-omni engine vs vLLM-Omni's server (fake stage)", ("omni-server", "gateway-vllm-omni")),
     ("embedded engine (speech, server VAD)", ("gateway-embedded",)),
 ]

@@ -144,23 +144,55 @@ def _detail_table(results: Sequence[Result]) -> list[str]:
     return rows
 
 
-#: The goals of the capacity work, checked against each run: (what, target, level, check).
-GOALS: list[
-    tuple[
-        str,
-        str,
-        int | None,
-        Callable[[dict[tuple[str, int], Result], str, int | None], tuple[str, bool | None]],
-    ]
-] = []
+#: A goal's check: what the run measured, in words, and whether that meets it (None: not measured).
+Check = Callable[[dict[tuple[str, int], Result], str, int | None], tuple[str, bool | None]]
+#: The goals of the capacity work, checked against each run: (issues, what, target, level, check).
+GOALS: list[tuple[tuple[int, ...], str, str, int | None, Check]] = []
+#: Where first audio turns from flat to climbing: the first level whose p99 passes this.
+KNEE_P99_MS = 100.0
 
 
-def _goal(what: str, target: str, level: int | None) -> Callable[[Any], Any]:
+def _goal(
+    what: str, target: str, level: int | None, *, issues: tuple[int, ...] = (9,)
+) -> Callable[[Any], Any]:
     def register(fn: Any) -> Any:
-        GOALS.append((what, target, level, fn))
+        GOALS.append((issues, what, target, level, fn))
         return fn
 
     return register
+
+
+def knee(
+    results: Sequence[Result], target: str, limit_ms: float = KNEE_P99_MS
+) -> tuple[int | None, int | None]:
+    """Where ``target``'s first-audio p99 first passes ``limit_ms``: the last level under it and the first over it.
+
+    ``(n, None)``: no measured level passed it, ``n`` being the most callers measured (the knee is
+    beyond). ``(None, n)``: the fewest callers measured already passed it. ``(None, None)``: not measured.
+    """
+    levels = sorted(
+        (r["callers"], r["first_audio_ms"]["p99"])
+        for r in results
+        if r["target"] == target and r["first_audio_ms"]["p99"] is not None
+    )
+    below = None
+    for callers, p99 in levels:
+        if p99 > limit_ms:
+            return below, callers
+        below = callers
+    return below, None
+
+
+def knee_text(span: tuple[int | None, int | None]) -> str:
+    """A knee in words."""
+    below, above = span
+    if below is None and above is None:
+        return "not measured"
+    if above is None:
+        return f"beyond {below} callers (the most measured)"
+    if below is None:
+        return f"at or below {above} callers (the fewest measured)"
+    return f"between {below} and {above} callers"
 
 
 def _get(by: dict[tuple[str, int], Result], target: str, level: int | None) -> Result | None:
@@ -173,6 +205,7 @@ for _n in (8, 32):
         f"first audio p50 with engine vllm-omni ≤ 0.8× vLLM-Omni's server, {_n} sessions",
         "gateway-vllm-omni",
         _n,
+        issues=(9, 25),
     )
     def _omni(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple[str, bool | None]:
         a, b = _get(by, t, n), _get(by, "omni-server", n)
@@ -237,13 +270,79 @@ for _t, _n, _kb in (("gateway-echo", 150, 100.0), ("gateway-embedded", 4, 10240.
         return f"{a['rss_per_session_kb']:.0f} KB (×{n})", a["rss_per_session_kb"] <= _kb
 
 
-def _goals_table(data: dict[str, Any]) -> list[str]:
+@_goal("engine echo, 300 callers: first audio p99 ≤ 20 ms", "gateway-echo", 300, issues=(25,))
+def _echo_300(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple[str, bool | None]:
+    a = _get(by, t, n)
+    if a is None or a["first_audio_ms"]["p99"] is None:
+        return "not measured", None
+    return f"{a['first_audio_ms']['p99']:.1f} ms", a["first_audio_ms"]["p99"] <= 20.0
+
+
+@_goal(
+    "engine echo, 300 callers: barge-in cut-off p99 ≤ 10 ms, no late frame, no byte after response.done",
+    "gateway-echo",
+    300,
+    issues=(25,),
+)
+def _echo_300_clean(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple[str, bool | None]:
+    a = _get(by, t, n)
+    if a is None or not a["barge_in_cutoff_ms"]["n"]:
+        return "not measured", None
+    p99 = a["barge_in_cutoff_ms"]["p99"] or 0.0
+    text = f"p99 {p99:.1f} ms, {a['late_frames']} late frames, {a['stale_replies']} replies with late bytes"
+    return text, p99 <= 10.0 and a["late_frames"] == 0 and a["stale_replies"] == 0
+
+
+for _n in (100, 300):
+
+    @_goal(f"engine echo, {_n} callers: CPU per caller ≤ 1.3× the floor", "gateway-echo", _n, issues=(25,))
+    def _echo_cpu_25(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple[str, bool | None]:
+        a, b = _get(by, t, n), _get(by, "floor", n)
+        if a is None or b is None or not _cpu_ms(b):
+            return "not measured", None
+        ratio = (_cpu_ms(a) or 0.0) / (_cpu_ms(b) or 1.0)
+        return f"{ratio:.2f}×", ratio <= 1.3
+
+
+@_goal(
+    "the gateway's knee (first audio p99 past 100 ms) at 300 callers or beyond",
+    "gateway-echo",
+    None,
+    issues=(25,),
+)
+def _knee_300(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple[str, bool | None]:
+    results = list(by.values())
+    below, above = knee(results, t)
+    if below is None and above is None:
+        return "not measured", None
+    floor = knee_text(knee(results, "floor"))
+    return f"{knee_text((below, above))} (floor: {floor})", below is not None and below >= 300
+
+
+def _goals_table(data: dict[str, Any], issue: int) -> list[str]:
     by = _by(data["results"])
     rows = ["| goal | this run | met |", "|---|---|---|"]
-    for what, target, level, check in GOALS:
+    for issues, what, target, level, check in GOALS:
+        if issue not in issues:
+            continue
         text, ok = check(by, target, level)
         rows.append(f"| {what} | {text} | {'yes' if ok else 'no' if ok is not None else '–'} |")
     return rows
+
+
+def _knee_table(data: dict[str, Any]) -> list[str]:
+    """Each capacity target's knee, with the first-audio p99 at every level measured."""
+    rows = [
+        f"| target | knee: first audio p99 past {KNEE_P99_MS:.0f} ms | p99 by callers (ms) |",
+        "|---|---|---|",
+    ]
+    for t in data["targets"]:
+        mine = sorted((r for r in data["results"] if r["target"] == t["name"]), key=lambda r: r["callers"])
+        if len(mine) < 2:
+            continue  # one level says nothing of where latency turns
+        levels = ", ".join(f"{r['callers']}: {_fmt(r['first_audio_ms']['p99'])}" for r in mine)
+        rows.append(f"| `{t['name']}` | {knee_text(knee(mine, t['name']))} | {levels} |")
+    return rows if len(rows) > 2 else []
 
 
 #: The turn-taking part's section: one ``##`` heading, no other inside it, so that
@@ -420,7 +519,11 @@ def render(
                 rows = _pair_table(data, t["name"], t["peer"])
                 if rows:
                     out += [f"### `{t['name']}` / `{t['peer']}`", "", *rows, ""]
-        out += ["## Goals of the capacity work (issue 9)", "", *_goals_table(data), ""]
+        knees = _knee_table(data)
+        if knees:
+            out += ["## Where first audio turns: each target's knee", "", *knees, ""]
+        out += ["## Goals of twice the callers per core (issue 25)", "", *_goals_table(data, 25), ""]
+        out += ["## Goals of the capacity work (issue 9)", "", *_goals_table(data, 9), ""]
     if analysis:
         out += [analysis.strip(), ""]
     if data.get("turn_taking"):
@@ -464,7 +567,7 @@ _EXPLAINED = """## What is measured
 Every caller streams PCM16 in 20 ms `input_audio_buffer.append` frames on a fixed real-time schedule for the
 whole call (an open microphone), starting at a random moment so that turns do not line up.
 
-- **Committed turns** (`floor`, `gateway-echo`, the two vLLM-Omni targets): {turn_ms} ms of the speech recording,
+- **Committed turns** (the two floors, `gateway-echo`, the two vLLM-Omni targets): {turn_ms} ms of the speech recording,
   then `input_audio_buffer.commit` and `response.create` (a vLLM-Omni client says `response_create: true` on the
   commit, and acknowledges each reply with `playback.ack`, without which vLLM-Omni answers no further turn). The
   next turn starts with `input_audio_buffer.clear` once the reply is done, so the audio sent while listening does

@@ -1,9 +1,11 @@
 """The servers the bench measures, each a subprocess on loopback that it starts and always stops.
 
-Six targets, in pairs that answer the same question:
+Seven targets, in groups that answer the same question:
 
-* ``floor`` (:mod:`duplex_gateway.bench.floor`) and ``gateway-echo``: what the
-  gateway's connection layer costs above a bare ``websockets`` server;
+* ``floor`` and ``floor-picows`` (:mod:`duplex_gateway.bench.floor`) and
+  ``gateway-echo``: what the gateway's connection layer costs above a bare
+  ``websockets`` server, and where a Python server's own work stops (the same
+  echo on picows, orjson and pybase64);
 * ``gateway-echo-webrtc`` against ``gateway-echo``: what a call costs on WebRTC
   (Opus both ways, SRTP, the data channel) against the same engine on a WebSocket;
 * ``omni-server`` (vLLM-Omni 0.30's own realtime handler) and
@@ -70,7 +72,8 @@ class Target:
 
 def default_targets() -> list[Target]:
     """The full side-by-side comparison, sized to finish in a few minutes on two cores."""
-    many = (1, 50, 64, 100, 150)
+    # Issue 25's levels: the knee was between 100 and 150 callers, the goal is 300.
+    many = (1, 50, 100, 150, 300)
     omni_levels = (1, 8, 32)
     return [
         Target(
@@ -81,6 +84,17 @@ def default_targets() -> list[Target]:
             24_000,
             many,
             8.0,
+            ready_path="/healthz",
+        ),
+        Target(
+            "floor-picows",
+            "bare picows server, orjson and pybase64 (fast floor)",
+            "realtime",
+            "commit",
+            24_000,
+            many,
+            8.0,
+            peer="floor",
             ready_path="/healthz",
         ),
         Target(
@@ -214,8 +228,11 @@ def _command(target: Target, port: int, workdir: Path, max_callers: int) -> tupl
         env.pop("FAKE_OMNI_CALL_LOG", None)
     if target.webrtc and not _has_webrtc():
         raise TargetUnavailable("the webrtc extra is not installed (pip install 'duplex-gateway[webrtc]')")
-    if target.engine is None and target.name == "floor":
-        return [python, "-m", "duplex_gateway.bench.floor", "--port", str(port)], env
+    if target.engine is None and target.name in _FLOORS:
+        if target.name == "floor-picows" and not _has_picows():
+            raise TargetUnavailable("picows is not installed (pip install 'duplex-gateway[bench]')")
+        server = _FLOORS[target.name]
+        return [python, "-m", "duplex_gateway.bench.floor", "--port", str(port), "--server", server], env
     if target.engine is None:
         return [python, "-m", "tests.omni.backend_server", "--port", str(port)], env
     engine: dict[str, Any] = {"name": target.engine}
@@ -244,6 +261,16 @@ def _command(target: Target, port: int, workdir: Path, max_callers: int) -> tupl
     if target.engine == "vllm-omni":
         cmd += ["--omni-factory", "tests.omni.fake_stage:duplex_omni"]
     return cmd, env
+
+
+#: The floor targets and the server each runs.
+_FLOORS = {"floor": "websockets", "floor-picows": "picows"}
+
+
+def _has_picows() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("picows") is not None
 
 
 def _has_webrtc() -> bool:

@@ -29,7 +29,7 @@ __all__ = ["b64decode", "b64encode", "dumps", "loads"]
 _FLOAT_FROM_HUGE_INT: Final = float(2**63)
 
 
-def loads(text: str) -> Any:
+def loads(text: str | bytes) -> Any:
     """``json.loads(text)``: the same value, or the same exception."""
     try:
         value = orjson.loads(text)
