@@ -338,8 +338,10 @@ def _knee_table(data: dict[str, Any]) -> list[str]:
     ]
     for t in data["targets"]:
         mine = sorted((r for r in data["results"] if r["target"] == t["name"]), key=lambda r: r["callers"])
-        if len(mine) < 2:
-            continue  # one level says nothing of where latency turns
+        if len(mine) < 2 or t["turn_end"] != "commit":
+            # One level says nothing of where latency turns; and a speech target's first audio
+            # holds the VAD's silence wait, hundreds of milliseconds at any load.
+            continue
         levels = ", ".join(f"{r['callers']}: {_fmt(r['first_audio_ms']['p99'])}" for r in mine)
         rows.append(f"| `{t['name']}` | {knee_text(knee(mine, t['name']))} | {levels} |")
     return rows if len(rows) > 2 else []
