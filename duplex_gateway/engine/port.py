@@ -78,6 +78,10 @@ class EngineCapabilities:
     video_input: bool = False
     #: The engine takes pictures in user messages (Realtime ``input_image`` parts).
     image_input: bool = False
+    #: After ``caller_paused`` the engine sends the caller's words up to the pause, as a partial
+    #: transcript marked ``at_pause`` (its text may be empty): ``semantic_vad`` waits for them
+    #: before it ends a turn on the audio model's word alone.
+    words_at_pause: bool = False
 
     def as_pairs(self) -> tuple[tuple[str, object], ...]:
         return (
@@ -324,6 +328,8 @@ class EngineInputTranscript(EngineEvent):
     #: How sure the recognizer is of the last word of a partial (0-1), where it says: an unsure
     #: last word is a cue, for ``semantic_vad``, that the caller may not be done.
     last_word_confidence: float | None = None
+    #: A partial with the words up to the caller's pause (``EngineCapabilities.words_at_pause``).
+    at_pause: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -155,10 +155,7 @@ class Session:
         self._conversation = Conversation(self._new_id)
         self._replies = ReplyBook(self._conversation, self._new_id, output_rate=capabilities.output_rate)
         self._turns = TurnTracker(
-            self._conversation,
-            self._new_id,
-            defaults.turn_detection,
-            engine_detects_turns=capabilities.detects_turns,
+            self._conversation, self._new_id, defaults.turn_detection, engine=capabilities
         )
         #: The time of the input being handled (the ``now`` the I/O layer passed in).
         self._clock: float | None = None
@@ -509,7 +506,7 @@ class Session:
                 return hold
             return self._speech_started(decision.audio_start_ms)
         if isinstance(decision, SpeechPause) and turns.speaking:
-            return [CallerPaused()]
+            return turns.caller_paused()
         if isinstance(decision, SpeechCandidate) and (assess := turns.assess(decision)) is not None:
             return [assess]
         if isinstance(decision, SpeechStop) and turns.speaking:

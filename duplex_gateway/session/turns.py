@@ -20,7 +20,7 @@ from dataclasses import replace
 from duplex_gateway.audio.turn_detector import SpeechCandidate, SpeechStop, TurnDetector, TurnEvent
 from duplex_gateway.engine import port
 from duplex_gateway.session.conversation import Conversation, Item
-from duplex_gateway.session.engine_calls import AppendAudio, AssessTurn, Output, ProcessInput
+from duplex_gateway.session.engine_calls import AppendAudio, AssessTurn, CallerPaused, Output, ProcessInput
 from duplex_gateway.session.turn_words import WORDS_VETO_MS, sounds_unfinished
 from duplex_gateway.vocabulary import commands as cmd
 from duplex_gateway.vocabulary import events as ev
@@ -44,12 +44,15 @@ class TurnTracker:
         new_id: Callable[[str], str],
         turn_detection: TurnDetection | None,
         *,
-        engine_detects_turns: bool,
+        engine: port.EngineCapabilities,
     ) -> None:
         self._conversation = conversation
         self._new_id = new_id
         self._partials = PartialTranscripts()
-        self._engine_detects_turns = engine_detects_turns
+        self._engine_detects_turns = engine.detects_turns
+        self._engine_words_at_pause = engine.words_at_pause
+        #: semantic_vad: the turn whose words up to the caller's pause the engine is still making.
+        self._pause_words: str | None = None
         self._turn_detection = turn_detection
         self._detector = self._make_detector()
         # Caller input since the last commit/clear, in ms of audio.
@@ -175,7 +178,7 @@ class TurnTracker:
         self._vetoed = None
         if probability is not None:
             silence_ms = call.candidate.audio_end_ms - call.candidate.speech_end_ms
-            unfinished = silence_ms < WORDS_VETO_MS and self._partials.sound_unfinished(call.item_id)
+            unfinished = silence_ms < WORDS_VETO_MS and self._words_hold(call.item_id)
             if probability < call.threshold or unfinished:
                 # Not done: more speech, a later judgement or the longest wait ends it; the wait runs
                 # on the clock too, for a client that stops sending audio after its words.
@@ -202,11 +205,26 @@ class TurnTracker:
         if self._speech_item_id != call.item_id or not detector.awaiting(call.candidate):
             self._vetoed = None
             return None
-        if self._partials.sound_unfinished(call.item_id):
+        if self._words_hold(call.item_id):
             return None
         self._vetoed = self._judged_end = None
         stop = detector.end_turn(call.candidate)
         return (stop, model_ms) if stop is not None else None
+
+    def caller_paused(self) -> list[Output]:
+        """The caller paused mid-turn: the engine is asked for the words so far (:class:`CallerPaused`)."""
+        if self._engine_words_at_pause and self._speech_item_id is not None:
+            self._pause_words = self._speech_item_id
+        return [CallerPaused()]
+
+    def _words_hold(self, item_id: str) -> bool:
+        """The caller's words keep the turn ``item_id`` going: they sound unfinished, or are still coming.
+
+        An engine that makes words at a pause (``words_at_pause``) makes them while the gateway
+        waits through the silence; a judgement that comes first would read the rougher words
+        from before the pause (pocketsphinx's "what what" for "I would like to speak with").
+        """
+        return self._pause_words == item_id or self._partials.sound_unfinished(item_id)
 
     @property
     def judged_end_at(self) -> float | None:
@@ -343,6 +361,8 @@ class TurnTracker:
             or ""
         )
         if not event.final:
+            if event.at_pause:
+                self._pause_words = None
             # Kept either way: semantic_vad reads them.
             deltas = self._partials.delta(
                 item_id, event.text, last_word_confidence=event.last_word_confidence

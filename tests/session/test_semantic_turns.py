@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from duplex_gateway.audio.turn_detector import SEMANTIC_EAGERNESS
 from duplex_gateway.engine import port
-from duplex_gateway.session.engine_calls import AssessTurn, CommitInput, Output, ReportLatency
+from duplex_gateway.session.engine_calls import AssessTurn, CallerPaused, CommitInput, Output, ReportLatency
 from duplex_gateway.session.machine import Session
 from duplex_gateway.session.settings import Handshake
 from duplex_gateway.vocabulary import events as ev
@@ -15,11 +16,11 @@ from duplex_gateway.vocabulary.session_config import SessionConfig, TurnDetectio
 CAPS = port.EngineCapabilities(name="test", input_rate=24_000, output_rate=24_000)
 
 
-def _session(eagerness: str = "auto") -> Session:
+def _session(eagerness: str = "auto", caps: port.EngineCapabilities = CAPS) -> Session:
     td = TurnDetection(mode=TurnDetectionMode.SEMANTIC_VAD, eagerness=eagerness, prefix_padding_ms=100)
     return Session(
         session_id="s",
-        capabilities=CAPS,
+        capabilities=caps,
         defaults=SessionConfig(turn_detection=td),
         handshake=Handshake.REALTIME,
     )
@@ -183,6 +184,51 @@ def test_words_the_recognizer_is_unsure_of_keep_the_turn_going_until_surer_words
         now=0.6,
     )
     assert [s.audio_end_ms for s in out if isinstance(s, ev.SpeechStopped)] == [assess.candidate.audio_end_ms]
+
+
+def test_a_done_verdict_waits_for_the_words_the_engine_makes_at_the_pause() -> None:
+    # The embedded engine transcribes the turn when the caller pauses; a judgement before its words
+    # come would read pocketsphinx's rougher ones ("what what" for "I would like to speak with").
+    session = _session(caps=dataclasses.replace(CAPS, words_at_pause=True))
+    _feed(session, 0, 320, 0.01)
+    _feed(session, 320, 1024, 0.95)
+    session.engine_event(port.EngineInputTranscript(item_id="", text="what what", final=False), now=0.5)
+    paused = _feed(session, 1344, 320, 0.01)
+    assert any(isinstance(o, CallerPaused) for o in paused)
+    (assess,) = [o for o in paused if isinstance(o, AssessTurn)]
+    assert session.turn_assessed(assess, 0.95) == []  # the words of the pause are still coming
+    # More rough words are not those: the turn still waits.
+    rough = session.engine_event(
+        port.EngineInputTranscript(item_id="", text="what what", final=False), now=0.6
+    )
+    assert not any(isinstance(o, ev.SpeechStopped) for o in rough)
+    held = session.engine_event(
+        port.EngineInputTranscript(item_id="", text="I would like to speak with", final=False, at_pause=True),
+        now=0.7,
+    )
+    assert not any(isinstance(o, ev.SpeechStopped) for o in held)  # "with": not done
+    # A finished sentence's words for the pause end the turn at once.
+    session2 = _session(caps=dataclasses.replace(CAPS, words_at_pause=True))
+    _feed(session2, 0, 320, 0.01)
+    _feed(session2, 320, 1024, 0.95)
+    paused2 = _feed(session2, 1344, 320, 0.01)
+    (assess2,) = [o for o in paused2 if isinstance(o, AssessTurn)]
+    assert session2.turn_assessed(assess2, 0.95) == []
+    out = session2.engine_event(
+        port.EngineInputTranscript(item_id="", text="Where is the bus stop?", final=False, at_pause=True),
+        now=0.7,
+    )
+    assert [s.audio_end_ms for s in out if isinstance(s, ev.SpeechStopped)] == [
+        assess2.candidate.audio_end_ms
+    ]
+
+
+def test_an_engine_that_makes_no_words_at_a_pause_is_not_waited_for() -> None:
+    session = _session()  # words_at_pause is False
+    _feed(session, 0, 320, 0.01)
+    _feed(session, 320, 1024, 0.95)
+    (assess,) = [o for o in _feed(session, 1344, 320, 0.01) if isinstance(o, AssessTurn)]
+    assert any(isinstance(o, ev.SpeechStopped) for o in session.turn_assessed(assess, 0.95))
 
 
 def test_newer_words_lift_no_veto_once_the_caller_spoke_again_or_the_model_said_not_done() -> None:

@@ -21,7 +21,8 @@ def tracker(turn_detection: TurnDetection | None = None) -> tuple[TurnTracker, C
         return f"{prefix}_{next(counter)}"
 
     conversation = Conversation(new_id)
-    return TurnTracker(conversation, new_id, turn_detection, engine_detects_turns=False), conversation
+    caps = port.EngineCapabilities(name="test", input_rate=24_000, output_rate=24_000)
+    return TurnTracker(conversation, new_id, turn_detection, engine=caps), conversation
 
 
 def chunk(ms: int) -> bytes:

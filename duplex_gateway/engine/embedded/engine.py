@@ -171,6 +171,8 @@ class EmbeddedSession(port.EngineSession):
         if self._closed or not self._turn:
             return
         if self._early is not None and self._turn.since(self._early[0]) == 0:
+            if self._early[1].done():
+                self._early_heard(self._turn_no, self._early[1])  # asked again: the same words
             return
         if self._early is not None:
             # Superseded: the commit can only reuse the transcription of the longest turn.
@@ -269,12 +271,18 @@ class EmbeddedSession(port.EngineSession):
             return
         current = self._early
         heard = early.result()
-        if current is None or current[1] is not early or not heard.text:
-            return
-        self._words_heard_at = current[0]
+        if current is None or current[1] is not early:
+            return  # superseded: the pass of a later pause brings the words
+        if heard.text:
+            self._words_heard_at = current[0]
+        # Sent even when nothing was heard: semantic_vad waits for the words of the pause.
         self._events.offer(
             port.EngineInputTranscript(
-                item_id="", text=heard.text, final=False, last_word_confidence=heard.last_word_confidence
+                item_id="",
+                text=heard.text,
+                final=False,
+                last_word_confidence=heard.last_word_confidence,
+                at_pause=True,
             )
         )
 
@@ -579,6 +587,8 @@ class EmbeddedEngine(port.Engine):
             tools=True,
             out_of_band=True,
             response_options=frozenset({"max_output_tokens", "input", "tools"}),
+            # Whisper's words for the turn so far, from the pass caller_paused starts.
+            words_at_pause=True,
         )
         #: Seconds each model took to load and to warm, filled by :meth:`start`.
         self.load_times: dict[str, float] = {}
