@@ -227,13 +227,20 @@ for _n, _limit in ((100, 50.0), (150, 100.0)):
         return f"{a['first_audio_ms']['p99']:.1f} ms", a["first_audio_ms"]["p99"] <= _limit
 
 
-@_goal("engine echo, 100 callers: CPU per caller ≤ 1.5× the floor", "gateway-echo", 100)
-def _echo_cpu(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple[str, bool | None]:
-    a, b = _get(by, t, n), _get(by, "floor", n)
-    if a is None or b is None or not _cpu_ms(b):
-        return "not measured", None
-    ratio = (_cpu_ms(a) or 0.0) / (_cpu_ms(b) or 1.0)
-    return f"{ratio:.2f}×", ratio <= 1.5
+# Issue 9 asked 1.5× at 100 callers; issue 25 asks 1.3× at 100 and at 300.
+for _n, _most, _issues in ((100, 1.5, (9,)), (100, 1.3, (25,)), (300, 1.3, (25,))):
+
+    @_goal(
+        f"engine echo, {_n} callers: CPU per caller ≤ {_most}× the floor", "gateway-echo", _n, issues=_issues
+    )
+    def _echo_cpu(
+        by: dict[tuple[str, int], Result], t: str, n: int | None, _most: float = _most
+    ) -> tuple[str, bool | None]:
+        a, b = _get(by, t, n), _get(by, "floor", n)
+        if a is None or b is None or not _cpu_ms(b):
+            return "not measured", None
+        ratio = (_cpu_ms(a) or 0.0) / (_cpu_ms(b) or 1.0)
+        return f"{ratio:.2f}×", ratio <= _most
 
 
 @_goal("barge-in cut-off p99 ≤ 10 ms, no byte after response.done (every gateway level)", "gateway-*", None)
@@ -291,17 +298,6 @@ def _echo_300_clean(by: dict[tuple[str, int], Result], t: str, n: int | None) ->
     p99 = a["barge_in_cutoff_ms"]["p99"] or 0.0
     text = f"p99 {p99:.1f} ms, {a['late_frames']} late frames, {a['stale_replies']} replies with late bytes"
     return text, p99 <= 10.0 and a["late_frames"] == 0 and a["stale_replies"] == 0
-
-
-for _n in (100, 300):
-
-    @_goal(f"engine echo, {_n} callers: CPU per caller ≤ 1.3× the floor", "gateway-echo", _n, issues=(25,))
-    def _echo_cpu_25(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple[str, bool | None]:
-        a, b = _get(by, t, n), _get(by, "floor", n)
-        if a is None or b is None or not _cpu_ms(b):
-            return "not measured", None
-        ratio = (_cpu_ms(a) or 0.0) / (_cpu_ms(b) or 1.0)
-        return f"{ratio:.2f}×", ratio <= 1.3
 
 
 @_goal(

@@ -75,39 +75,20 @@ def default_targets() -> list[Target]:
     # Issue 25's levels: the knee was between 100 and 150 callers, the goal is 300.
     many = (1, 50, 100, 150, 300)
     omni_levels = (1, 8, 32)
+
+    def committed(name: str, title: str, **options: Any) -> Target:
+        """Realtime callers committing their turns at 24 kHz, at every capacity level."""
+        return Target(name, title, "realtime", "commit", 24_000, many, 8.0, **options)
+
     return [
-        Target(
-            "floor",
-            "bare websockets server (floor)",
-            "realtime",
-            "commit",
-            24_000,
-            many,
-            8.0,
-            ready_path="/healthz",
-        ),
-        Target(
+        committed("floor", "bare websockets server (floor)", ready_path="/healthz"),
+        committed(
             "floor-picows",
             "bare picows server, orjson and pybase64 (fast floor)",
-            "realtime",
-            "commit",
-            24_000,
-            many,
-            8.0,
             peer="floor",
             ready_path="/healthz",
         ),
-        Target(
-            "gateway-echo",
-            "gateway, engine echo",
-            "realtime",
-            "commit",
-            24_000,
-            many,
-            8.0,
-            peer="floor",
-            engine="echo",
-        ),
+        committed("gateway-echo", "gateway, engine echo", peer="floor", engine="echo"),
         Target(
             "gateway-echo-webrtc",
             "gateway, engine echo, WebRTC callers",

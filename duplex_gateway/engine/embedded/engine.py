@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
@@ -50,7 +49,7 @@ from duplex_gateway.engine.embedded.spec import WhisperWindow
 from duplex_gateway.engine.embedded.tool_router import ToolRouter
 from duplex_gateway.engine.embedded.tts import PiperSynthesizer, split_sentences, voice_sample_rate
 from duplex_gateway.engine.embedded.turn_audio import Mark, TurnAudio
-from duplex_gateway.engine.embedded.workers import Priority, PriorityWorkers
+from duplex_gateway.engine.embedded.workers import Priority, PriorityWorkers, default_workers
 from duplex_gateway.engine.event_queue import EngineEventQueue
 from duplex_gateway.vocabulary.session_config import SessionConfig
 
@@ -70,14 +69,6 @@ _PARTIAL_STEP_BYTES: Final = SAMPLE_RATE // 5 * 2
 #: Decoders kept ready beyond those in use, so a caller who starts talking
 #: finds one at once instead of waiting ~0.3 s for a new one.
 _SPARE_DECODERS: Final = 1
-
-
-def default_workers() -> int:
-    """The cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

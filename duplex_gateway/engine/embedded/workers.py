@@ -21,11 +21,12 @@ import concurrent.futures
 import enum
 import heapq
 import itertools
+import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["Priority", "PriorityWorkers"]
+__all__ = ["Priority", "PriorityWorkers", "default_workers"]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -152,3 +153,11 @@ class PriorityWorkers:
                     self._running[priority] -= 1
                     # A finished job may let a capped or yielding one start.
                     self._ready.notify_all()
+
+
+def default_workers() -> int:
+    """The cores this process may run on: the pool's size unless configured."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)

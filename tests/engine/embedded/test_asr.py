@@ -197,8 +197,12 @@ def test_word_error_rate_over_phrases(
     assert all(wer(ref, hyp) < 0.75 for ref, hyp in pairs), misheard
 
 
-def test_the_short_window_under_load_stays_accurate(final_recognizer: FinalRecognizer) -> None:
-    # Measured 2.8 % at 16 kHz and 7.2 % at 8 kHz mu-law (the full window: 1.1 % and 7.2 %).
+@pytest.mark.parametrize("confidence", [False, True], ids=["words", "with-confidence"])
+def test_the_short_window_stays_accurate(final_recognizer: FinalRecognizer, confidence: bool) -> None:
+    """The turn's window, as under load and by default; with the last word's confidence, as at a pause.
+
+    Measured 2.8 % at 16 kHz and 7.2 % at 8 kHz mu-law either way (the full window: 1.1 % and 7.2 %).
+    """
     references = [phrase.text for phrase in PHRASES] + [SPEECH_TEXT]
     clips = [phrase.load() for phrase in PHRASES] + [load_speech()]
     for wire, bound in (
@@ -206,11 +210,15 @@ def test_the_short_window_under_load_stays_accurate(final_recognizer: FinalRecog
         (AudioFormat(encoding=Encoding.G711_ULAW, rate=8_000), 0.12),
     ):
         heard = [
-            final_recognizer.transcribe(_as_caller_sends(clip, wire), short_window=True) for clip in clips
+            final_recognizer.hear(
+                _as_caller_sends(clip, wire), short_window=True, last_word_confidence=confidence
+            )
+            for clip in clips
         ]
-        pairs = list(zip(references, heard, strict=True))
+        assert all((h.last_word_confidence is not None) == confidence for h in heard)
+        pairs = [(ref, h.text) for ref, h in zip(references, heard, strict=True)]
         score = corpus_wer(pairs)
-        print(f"\nshort window, {wire.rate} Hz {wire.encoding}: WER {score:.1%}")
+        print(f"\nshort window, confidence {confidence}, {wire.rate} Hz {wire.encoding}: WER {score:.1%}")
         assert score <= bound, pairs
         assert all(wer(ref, hyp) < 0.75 for ref, hyp in pairs), pairs
 
@@ -274,27 +282,6 @@ def test_clipped_and_non_finite_input_does_not_fail(final_recognizer: FinalRecog
 
 def test_shared_model_is_loaded_once(final_recognizer: FinalRecognizer) -> None:
     assert FinalRecognizer.shared(cpu_threads=2) is final_recognizer
-
-
-def test_the_words_with_their_confidence_are_as_accurate(final_recognizer: FinalRecognizer) -> None:
-    # What the embedded engine transcribes at a caller's pause, and usually keeps as the turn's text.
-    # Measured 2.8 % at 16 kHz and 7.2 % at 8 kHz mu-law, as without the confidence.
-    references = [phrase.text for phrase in PHRASES] + [SPEECH_TEXT]
-    clips = [phrase.load() for phrase in PHRASES] + [load_speech()]
-    for wire, bound in (
-        (AudioFormat(encoding=Encoding.PCM16, rate=16_000), 0.06),
-        (AudioFormat(encoding=Encoding.G711_ULAW, rate=8_000), 0.12),
-    ):
-        heard = [
-            final_recognizer.hear(_as_caller_sends(clip, wire), short_window=True, last_word_confidence=True)
-            for clip in clips
-        ]
-        assert all(h.last_word_confidence is not None for h in heard)
-        pairs = [(ref, h.text) for ref, h in zip(references, heard, strict=True)]
-        score = corpus_wer(pairs)
-        print(f"\nwith confidence, {wire.rate} Hz {wire.encoding}: WER {score:.1%}")
-        assert score <= bound, pairs
-        assert all(wer(ref, hyp) < 0.75 for ref, hyp in pairs), pairs
 
 
 @pytest.mark.parametrize(
