@@ -62,13 +62,11 @@ SEMANTIC = {"type": "semantic_vad"}
 SERVER = {"type": "server_vad"}
 #: The issue's bound: semantic_vad answers a finished caller in this fraction of server_vad's time.
 RATIO_BOUND = 0.75
-#: Paused sentences semantic_vad may cut of a line's set (the issue's bound is 0: not met yet at
-#: 48 kHz). Measured since Whisper hears each turn between fixed margins of quiet: 0 of 16 at
-#: 24 kHz, 0 of 12 at 8 kHz, 1-2 of 12 at 48 kHz: espeak's "Can you tell me the opening hours of,"
-#: (at 48 kHz Whisper drops the "of" and is sure of "hours", its words flipping with the samples'
-#: alignment to its frames; Smart Turn says 0.85-0.95), once also "I would like to speak with,".
-#: Before the gateway waited for the embedded engine's words of the pause, a judgement that came
-#: first read pocketsphinx's rougher words and up to 3 of 12 were cut.
+#: Paused sentences semantic_vad may cut of a line's set (the issue's bound is 0: not met yet).
+#: Measured 0-1 per line since the gateway waits for the embedded engine's words of the pause: only
+#: espeak's "Can you tell me the opening hours of," (Whisper drops the "of", Smart Turn says
+#: 0.85-0.95). Before that wait, a judgement that came first read pocketsphinx's rougher words and
+#: up to 3 of 12 were cut.
 MAX_SEMANTIC_CUTS = 2
 #: The issue's target for the embedded engine's median (reported).
 TARGET_P50_MS = 450

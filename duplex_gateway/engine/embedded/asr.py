@@ -38,7 +38,6 @@ __all__ = [
     "pre_emphasize",
     "whisper_model_path",
     "with_noise_floor",
-    "with_quiet_margins",
 ]
 
 logger = logging.getLogger(__name__)
@@ -58,17 +57,6 @@ _SILENCE_PEAK: Final = 0.001
 #: goes to the encoder, so at 16 kHz the beams add ~20-40 ms and at 8 kHz the
 #: avoided fallbacks save ~300 ms.
 _BEAM_SIZE: Final = 5
-
-#: Whisper hears a turn between these margins of quiet, whatever the caller's line sent around it
-#: (seconds before the first word, after the last). Its words, and how sure it is of the last,
-#: change with the quiet it is given: espeak's "Can you tell me the opening hours of" read as a
-#: finished question with 0.6 s of quiet before it, and with under 0.2 s after it (the pass at a
-#: caller's pause runs a moment into the silence). With these margins, none of the turn-taking set's
-#: cut sentences read as finished at 8, 16, 24 or 48 kHz, however much quiet the caller sent.
-_QUIET_BEFORE_S: Final = 0.3
-_QUIET_AFTER_S: Final = 0.4
-#: Samples this far under the turn's peak (about 36 dB) count as quiet around the words.
-_QUIET_UNDER_PEAK: Final = 1 / 64
 
 #: Level of the noise floor added under every turn, relative to the turn's RMS.
 #: Whisper's features are log-mel energies clamped 80 dB below the loudest frame;
@@ -399,7 +387,7 @@ class FinalRecognizer:
         samples = np.nan_to_num(samples, nan=0.0, posinf=1.0, neginf=-1.0)
         if float(np.max(np.abs(samples))) < _SILENCE_PEAK:
             return Heard("")
-        samples = with_quiet_margins(np.clip(samples, -1.0, 1.0))
+        samples = np.clip(samples, -1.0, 1.0)
         if is_narrowband(samples):
             samples = pre_emphasize(samples)
         return self._run(
@@ -474,27 +462,6 @@ def pre_emphasize(samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     out = samples.astype(np.float32, copy=True)
     out[1:] -= np.float32(_PRE_EMPHASIS) * samples[:-1]
     return out
-
-
-def with_quiet_margins(samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """The words of ``samples`` with ``_QUIET_BEFORE_S`` of quiet before and ``_QUIET_AFTER_S`` after.
-
-    Quiet the caller sent beyond the margins is cut; where there was less, zeros make up the rest.
-    """
-    peak = float(np.max(np.abs(samples))) if samples.size else 0.0
-    loud = np.flatnonzero(np.abs(samples) >= peak * _QUIET_UNDER_PEAK) if peak > 0 else samples[:0]
-    if not loud.size:
-        return samples
-    before, after = int(_QUIET_BEFORE_S * SAMPLE_RATE), int(_QUIET_AFTER_S * SAMPLE_RATE)
-    first, last = int(loud[0]), int(loud[-1]) + 1
-    start, end = max(0, first - before), min(samples.size, last + after)
-    return np.concatenate(
-        [
-            np.zeros(before - (first - start), np.float32),
-            samples[start:end],
-            np.zeros(after - (end - last), np.float32),
-        ]
-    )
 
 
 def with_noise_floor(samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:

@@ -20,7 +20,6 @@ from duplex_gateway.engine.embedded.asr import (
     pre_emphasize,
     whisper_model_path,
     with_noise_floor,
-    with_quiet_margins,
 )
 from duplex_gateway.session.turn_words import sounds_unfinished
 from duplex_gateway.vocabulary.formats import AudioFormat, Encoding
@@ -153,16 +152,12 @@ def test_final_accepts_pcm16(final_recognizer: FinalRecognizer, speech_pcm: byte
     assert wer(SPEECH_TEXT, text) <= 0.25, text
 
 
-def _as_caller_sends(samples: np.ndarray, wire: AudioFormat, *, quiet_after_ms: int = 300) -> bytes:
-    """16 kHz ``samples`` as the engine gets them from a caller on ``wire``: 20 ms frames, converted.
-
-    Around them, the quiet of the VAD's margins: 300 ms before, ``quiet_after_ms`` after.
-    """
+def _as_caller_sends(samples: np.ndarray, wire: AudioFormat) -> bytes:
+    """16 kHz ``samples`` as the engine gets them from a caller on ``wire``: 20 ms frames, converted."""
     if wire.rate != SAMPLE_RATE:
         samples = soxr.resample(samples, SAMPLE_RATE, wire.rate, quality="VHQ")
-    before = np.zeros(wire.rate * 3 // 10, np.float32)
-    after = np.zeros(wire.rate * quiet_after_ms // 1000, np.float32)
-    data = encode(np.concatenate([before, samples, after]), wire.encoding)
+    pad = np.zeros(wire.rate * 3 // 10, np.float32)  # the VAD's margins around a turn
+    data = encode(np.concatenate([pad, samples, pad]), wire.encoding)
     converter = InputConverter(wire, SAMPLE_RATE)
     frame = wire.byte_count(20)
     return (
@@ -273,17 +268,6 @@ def test_no_speech_is_empty_without_running_whisper(
     assert time.perf_counter() - started < 0.05
 
 
-def test_a_turn_is_heard_between_fixed_margins_of_quiet() -> None:
-    words = np.full(SAMPLE_RATE, 0.3, np.float32)
-    tenth, second = np.zeros(SAMPLE_RATE // 10, np.float32), np.zeros(SAMPLE_RATE, np.float32)
-    short = with_quiet_margins(np.concatenate([tenth, words, tenth]))
-    long = with_quiet_margins(np.concatenate([second, second, words, second]))
-    # However much quiet came around the words, the recognizer gets the same samples.
-    assert np.array_equal(short, long) and short.dtype == np.float32
-    assert short.size == SAMPLE_RATE * 17 // 10 and not short[: SAMPLE_RATE * 3 // 10].any()
-    assert with_quiet_margins(np.zeros(10, np.float32)).size == 10  # nothing loud: as it was
-
-
 def test_noise_is_not_words(final_recognizer: FinalRecognizer) -> None:
     noise = np.random.default_rng(7).standard_normal(SAMPLE_RATE * 2).astype(np.float32) * 0.3
     assert final_recognizer.transcribe(noise) == ""
@@ -303,30 +287,26 @@ def test_shared_model_is_loaded_once(final_recognizer: FinalRecognizer) -> None:
 @pytest.mark.parametrize(
     ("rate", "encoding"), [(16_000, Encoding.PCM16), (8_000, Encoding.G711_ULAW)], ids=["16k", "8k-ulaw"]
 )
-# 60 ms: as the pass the embedded engine runs when the caller pauses hears it (the VAD's first quiet window).
-@pytest.mark.parametrize("quiet_after_ms", [60, 500])
 def test_a_sentence_cut_at_its_pause_reads_as_unfinished(
-    final_recognizer: FinalRecognizer, rate: int, encoding: Encoding, quiet_after_ms: int
+    final_recognizer: FinalRecognizer, rate: int, encoding: Encoding
 ) -> None:
     """The words cue of ``semantic_vad`` from Whisper's words and its confidence in the last one.
 
     Over the turn-taking set, each turn as heard a moment into the caller's silence: sentences cut at
     their mid-sentence pause must read as unfinished, finished ones (mostly) not. Measured at 16 and
-    8 kHz, with 0.06-0.5 s of silence after the words: 16 of 16 cut ones unfinished, 2 of 16 finished
-    ones unfinished (which wait one more judgement). Without the confidence, 13-14 of 16 cut ones;
-    without the fixed margins of quiet the recognizer hears a turn between, 15 (espeak's "opening hours
-    of", heard without its "of", depending on the quiet before and after it). At 48 kHz that one
-    still reads as finished at some margins: its words flip with the samples' alignment to
-    Whisper's frames.
+    8 kHz, with 0.15-0.5 s of silence: 15-16 of 16 cut ones unfinished (the miss: espeak's "opening
+    hours of", heard without its "of"), 1-3 of 16 finished ones unfinished (which wait one more
+    judgement). Without the confidence, 13-14 of 16 cut ones.
     """
     wire = AudioFormat(encoding=encoding, rate=rate)
+    quiet = np.zeros(SAMPLE_RATE * 3 // 10, np.float32)
 
     def unfinished(turn: Turn) -> bool:
         samples = turn.load()
         if turn.pause_ms is not None:
             samples = samples[: turn.pause_ms[0] * SAMPLE_RATE // 1000]
         heard = final_recognizer.hear(
-            _as_caller_sends(samples, wire, quiet_after_ms=quiet_after_ms),
+            _as_caller_sends(np.concatenate([samples, quiet]), wire),
             short_window=True,
             last_word_confidence=True,
         )
@@ -335,5 +315,5 @@ def test_a_sentence_cut_at_its_pause_reads_as_unfinished(
     missed = [turn.text for turn in PAUSED if not unfinished(turn)]
     held = [turn.text for turn in COMPLETE if unfinished(turn)]
     print(f"\n{rate} Hz: cut sentences read as finished {missed}, finished ones as unfinished {held}")
-    assert len(missed) <= 1, missed
+    assert len(missed) <= 2, missed
     assert len(held) <= 4, held
