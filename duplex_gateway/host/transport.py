@@ -8,6 +8,10 @@ water mark for ``stall_timeout_s`` (or four times that mark at any moment, which
 bounds the memory a stalled client can pin), the attachment reports the client
 as stalled and stops writing.
 
+A socket that can write without awaiting (the server's direct socket, see
+:mod:`duplex_gateway.server.direct_socket`) gets each frame written at once while nothing is
+queued before it: the writer task then wakes only for a client that does not keep up.
+
 Its owner may watch it: ``on_queued`` hears the outbox depth after each frame is
 queued, ``on_written`` the size of each frame written, and a frame sent with
 ``on_sent`` has that called, with the loop's time, once it is written.
@@ -63,6 +67,9 @@ class Attachment:
         #: The close of a stalled client's socket, under way (see close_stalled).
         self._stalled_close: asyncio.Task[None] | None = None
         self._name = name
+        self._write_now: Callable[[Frame], bool] | None = getattr(socket, "write_now", None)
+        #: The writer holds a frame it has taken from the outbox and not written yet.
+        self._writing = False
         self.writer = asyncio.create_task(self._write_loop(), name=f"writer:{name}")
 
     def send(self, frame: Frame, *, on_sent: Callable[[float], None] | None = None) -> None:
@@ -71,6 +78,12 @@ class Attachment:
         ``on_sent`` is called with the loop's time once the frame is written (never if it is dropped).
         """
         if self._closing is not None or self.stalled:
+            return
+        write_now = self._write_now
+        if write_now is not None and not self._outbox and not self._writing and write_now(frame):
+            if self._on_queued is not None:
+                self._on_queued(0)  # nothing waits behind the client
+            self._written(frame, on_sent)
             return
         self._outbox.append(frame if on_sent is None else _Tracked(frame, on_sent))
         self._wake.set()
@@ -157,6 +170,7 @@ class Attachment:
                     await self.socket.close(int(item.code), item.reason)
                 return
             frame = item.frame if isinstance(item, _Tracked) else item
+            self._writing = True
             try:
                 if isinstance(frame, str):
                     await self.socket.send_text(frame)
@@ -164,12 +178,17 @@ class Attachment:
                     await self.socket.send_bytes(frame)  # type: ignore[attr-defined]
             except Exception:  # noqa: BLE001 - any send failure means the client is gone
                 return  # the reader sees the disconnect
-            if self._on_written is not None:
-                self._on_written(frame_size(frame))
-            if isinstance(item, _Tracked):
-                item.on_sent(asyncio.get_running_loop().time())
+            finally:
+                self._writing = False
+            self._written(frame, item.on_sent if isinstance(item, _Tracked) else None)
             if self._stall_timer is not None and len(outbox) <= self._high_water:
                 self._cancel_stall_timer()
+
+    def _written(self, frame: Frame, on_sent: Callable[[float], None] | None) -> None:
+        if self._on_written is not None:
+            self._on_written(frame_size(frame))
+        if on_sent is not None:
+            on_sent(asyncio.get_running_loop().time())
 
     def _check_stalled(self) -> None:
         self._stall_timer = None

@@ -34,6 +34,7 @@ from duplex_gateway.host.delegation import ResponsesBackend, backend_settings
 from duplex_gateway.host.resumption import ResumeRegistry, new_session_id
 from duplex_gateway.ops.metrics import CONTENT_TYPE, GatewayMetrics
 from duplex_gateway.ops.recording import Recordings
+from duplex_gateway.server.direct_socket import direct_socket
 from duplex_gateway.server.live_calls import (
     LIVE_SESSIONS_PATH,
     RefusedLiveCall,
@@ -187,7 +188,7 @@ class _Gateway:
             and Scope.REALTIME in principal.scopes
         )
         await watched.observe(
-            websocket, call.control if call is not None and call.steerable and steers else None
+            direct_socket(websocket), call.control if call is not None and call.steerable and steers else None
         )
 
     async def duplex(self, websocket: WebSocket) -> None:
@@ -210,7 +211,7 @@ class _Gateway:
         # The subprotocol some carrier's stream asks for (chan_websocket's "media").
         known = subprotocols()
         await websocket.accept(subprotocol=next((p for p in offered if p in known), None))
-        await self.serve_call(websocket, carrier)
+        await self.serve_call(direct_socket(websocket), carrier)
 
     async def serve_call(self, socket: Socket, carrier: Carrier) -> None:
         """One phone call's media stream, whatever carries it: a carrier's WebSocket, an AudioSocket connection."""
@@ -488,7 +489,7 @@ class _Gateway:
             except ProtocolError as exc:  # checked when minted; a gateway of another version may differ
                 logger.warning("session %s: client secret's session not applied: %s", session_id, exc.message)
         connection = Connection(
-            websocket,
+            direct_socket(websocket),
             session_id=session_id,
             engine=self.engine,
             settings=self.settings,
@@ -536,7 +537,7 @@ class _Gateway:
                 logger.warning("session %s: client secret's session not applied: %s", session_id, exc.message)
         limits = self.settings.limits
         connection = Connection(
-            websocket,
+            direct_socket(websocket),
             session_id=session_id,
             engine=self.engine,
             settings=self.settings,

@@ -1,5 +1,7 @@
 """uvicorn's WebSocket protocol, except that a connection whose client reads nothing is dropped.
 
+It also offers the app its connection for a direct socket (:mod:`duplex_gateway.server.direct_socket`).
+
 uvicorn ends a WebSocket's TCP connection with ``transport.close()``, which first writes out
 everything still buffered. A client that stopped reading never lets that happen: as long as
 its kernel answers TCP's window probes, the connection (a file descriptor, uvicorn's write
@@ -18,6 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.http11 import Request
+
+from duplex_gateway.server.direct_socket import EXTENSION
 
 __all__ = ["stuck_client_protocol"]
 
@@ -26,6 +31,12 @@ def stuck_client_protocol(grace_s: float) -> type[WebSocketsSansIOProtocol]:
     """uvicorn's sans-I/O WebSocket protocol that drops, after ``grace_s``, a client reading nothing."""
 
     class DropStuckClients(WebSocketsSansIOProtocol):
+        def handle_connect(self, event: Request) -> None:
+            super().handle_connect(event)
+            scope = getattr(self, "scope", None)
+            if scope is not None:  # an upgrade accepted: the app's task starts after this returns
+                scope["extensions"][EXTENSION] = self
+
         async def send(self, message: Any) -> None:
             await super().send(message)
             if message["type"] == "websocket.close" and self.close_timer is not None:
