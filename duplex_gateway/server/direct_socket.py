@@ -75,11 +75,11 @@ class DirectSocket:
 
     async def send_text(self, data: str) -> None:
         """Send one text message (raises :class:`WebSocketDisconnect` once the client is gone)."""
-        await self._send(_TEXT, data.encode())
+        await self._send(data)
 
     async def send_bytes(self, data: bytes) -> None:
         """Send one binary message (raises :class:`WebSocketDisconnect` once the client is gone)."""
-        await self._send(_BINARY, data)
+        await self._send(data)
 
     def write_now(self, frame: str | bytes) -> bool:
         """Write ``frame`` now if the connection is open, unpaused and frames are built here; else False.
@@ -88,42 +88,37 @@ class DirectSocket:
         the transport or finds the client gone.
         """
         protocol = self._protocol
-        if (
-            not self._framing
-            or not protocol.writable.is_set()
-            or protocol.disconnected
-            or protocol.close_sent
-            or protocol.conn.state is not State.OPEN
-        ):
+        if not self._framing or not protocol.writable.is_set() or not self._open():
             return False
-        if isinstance(frame, str):
-            payload = frame.encode()
-            protocol.transport.write(frame_header(_TEXT, len(payload)) + payload)
-        else:
-            protocol.transport.write(frame_header(_BINARY, len(frame)) + frame)
+        first, payload = (_TEXT, frame.encode()) if isinstance(frame, str) else (_BINARY, frame)
+        # One write: the transport copies small frames into its buffer either way.
+        protocol.transport.write(frame_header(first, len(payload)) + payload)
         return True
 
     async def close(self, code: int = 1000, reason: str | None = None) -> None:
         """Close with ``code`` and ``reason`` through uvicorn (its closing handshake and timers)."""
         await self._websocket.close(code, reason)
 
-    async def _send(self, first: int, payload: bytes) -> None:
+    def _open(self) -> bool:
+        """The checks uvicorn's ``send`` makes: the client is there and no close was sent."""
+        protocol = self._protocol
+        return not protocol.disconnected and not protocol.close_sent and protocol.conn.state is State.OPEN
+
+    async def _send(self, frame: str | bytes) -> None:
         protocol = self._protocol
         if not protocol.writable.is_set():
             await protocol.writable.wait()
-        conn = protocol.conn
-        if protocol.disconnected or protocol.close_sent or conn.state is not State.OPEN:
+        if not self._open():
             raise WebSocketDisconnect(1006)
-        if self._framing:
-            header = frame_header(first, len(payload))
-            # One write: the transport copies small frames into its buffer either way.
-            protocol.transport.write(header + payload)
+        if self.write_now(frame):
             return
+        # A negotiated extension (deflate) transforms the frame: websockets' framing makes it.
+        conn = protocol.conn
         try:
-            if first == _TEXT:
-                conn.send_text(payload)
+            if isinstance(frame, str):
+                conn.send_text(frame.encode())
             else:
-                conn.send_binary(payload)
+                conn.send_binary(frame)
         except InvalidState as exc:  # the connection is closing
             raise WebSocketDisconnect(1006) from exc
         protocol.transport.write(b"".join(conn.data_to_send()))
