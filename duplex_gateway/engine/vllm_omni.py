@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from duplex_gateway.engine import port
+from duplex_gateway.engine.event_queue import EngineEventQueue
 from duplex_gateway.engine.omni.audio import ReplyAudio, decode_audio
 from duplex_gateway.engine.omni.events import (
     OmniReply,
@@ -135,7 +136,7 @@ class VllmOmniSession(port.EngineSession):
         self._input_rate = caps.input_rate
         self._output_rate = caps.output_rate
         self._engine_vad = caps.detects_turns
-        self._events: asyncio.Queue[port.EngineEvent] = asyncio.Queue(_EVENT_QUEUE_SIZE)
+        self._events = EngineEventQueue(_EVENT_QUEUE_SIZE)
         #: Engine response id -> the reply it is on the gateway side.
         self._replies: dict[str, OmniReply] = {}
         #: Ids the gateway gave ``response.create`` calls the engine has not answered yet.
@@ -324,13 +325,9 @@ class VllmOmniSession(port.EngineSession):
         here or still to come, would reach the gateway after the stop.
         """
         self._stopped |= stopped
-        kept: list[port.EngineEvent] = []
-        while not self._events.empty():
-            event = self._events.get_nowait()
-            if not (isinstance(event, port.REPLY_OUTPUT_EVENTS) and event.response_id in stopped):
-                kept.append(event)
-        for event in kept:
-            self._events.put_nowait(event)
+        self._events.discard(
+            lambda event: isinstance(event, port.REPLY_OUTPUT_EVENTS) and event.response_id in stopped
+        )
 
     async def ack_playback(self, *, response_id: str, played_ms: int) -> None:
         engine_id = self._engine_id(response_id) or response_id
@@ -385,12 +382,8 @@ class VllmOmniSession(port.EngineSession):
                 await self._pump
         self._finish(reason)
 
-    async def events(self) -> AsyncIterator[port.EngineEvent]:
-        while True:
-            event = await self._events.get()
-            yield event
-            if isinstance(event, port.EngineClosed):
-                return
+    def events(self) -> AsyncIterator[port.EngineEvent]:
+        return self._events.stream()
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -438,16 +431,7 @@ class VllmOmniSession(port.EngineSession):
             if not future.done():
                 future.set_result(None)  # nothing more will be announced
         self._engine._release(self._session_id)
-        self._put_nowait(port.EngineClosed(reason=reason))
-
-    def _put_nowait(self, event: port.EngineEvent) -> None:
-        # Terminal events must not wait behind a reader that is gone.
-        while True:
-            try:
-                self._events.put_nowait(event)
-                return
-            except asyncio.QueueFull:
-                self._events.get_nowait()
+        self._events.put_urgent(port.EngineClosed(reason=reason))
 
     # -- engine events ---------------------------------------------------------------------
 
@@ -471,7 +455,9 @@ class VllmOmniSession(port.EngineSession):
             raise
         except Exception:
             logger.exception("event stream of vLLM-Omni session %s failed", self.engine_session_id)
-            self._put_nowait(port.EngineError(code="engine_error", message="the engine event stream failed"))
+            self._events.put_urgent(
+                port.EngineError(code="engine_error", message="the engine event stream failed")
+            )
             reason = "engine_error"
         self._finish(reason)
 

@@ -29,6 +29,7 @@ from duplex_gateway.audio.vad_batch import VadBatcher
 from duplex_gateway.config import GatewaySettings
 from duplex_gateway.dialects.base import Dialect, PacedDialect
 from duplex_gateway.engine import port
+from duplex_gateway.engine.event_queue import EngineEventStream
 from duplex_gateway.host.admission import SessionRegistry
 from duplex_gateway.host.closing import (
     FAILURES,
@@ -126,6 +127,10 @@ class Connection:
         )
         self._link: EngineLink | None = None
         self._pump: asyncio.Task[None] | None = None
+        #: The engine's event stream, while its events are taken where the engine puts them.
+        self._at_once: EngineEventStream | None = None
+        #: Carrying out a step's outputs (an engine event taken at once must wait for the pump).
+        self._stepping = False
         self._closing: Close | None = None
         self._ended = asyncio.Event()
         #: The wait for a detached session's client to come back, and a detached session's end.
@@ -498,6 +503,7 @@ class Connection:
                         await link.engine_session.close(reason)
             except Exception:
                 logger.exception("closing engine session %s failed", self.session_id)
+        self._stop_taking_at_once()
         if self._pump is not None and self._pump is not asyncio.current_task():
             self._pump.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -574,26 +580,65 @@ class Connection:
 
     async def _pump_engine(self, engine_session: port.EngineSession) -> None:
         loop = asyncio.get_running_loop()
+        events = engine_session.events()
+        if isinstance(events, EngineEventStream):
+            # Most events then reach the session in the engine's own task, as they are made:
+            # no wake-up of this task per reply chunk.
+            self._at_once = events
+            events.take_at_once(self._take_engine_event)
         try:
-            async for event in engine_session.events():
+            async for event in events:
                 self.apply(self.session.engine_event(event, now=loop.time()))
                 if isinstance(event, port.EngineClosed):
                     return
         except Exception:
             logger.exception("engine event stream of session %s failed", self.session_id)
-            # A fatal engine error: the session closes (4003), as for an engine that ended it.
-            self.apply(
-                self.session.engine_event(
-                    port.EngineError(
-                        code="engine_error", message="the engine event stream failed", fatal=True
-                    )
-                )
+            self._engine_events_failed()
+        finally:
+            self._stop_taking_at_once()
+
+    def _take_engine_event(self, event: port.EngineEvent) -> bool:
+        """Take an engine event where the engine puts it, unless that would interleave with a step.
+
+        An engine may make events inside a call the session is making (an append made at once,
+        within a step's outputs; any call on the link's task, whose answer comes after it):
+        those wait for the pump, behind the step, as every event used to.
+        """
+        link = self._link
+        if self._stepping or (link is not None and link.calling):
+            return False
+        try:
+            self.apply(self.session.engine_event(event, now=asyncio.get_running_loop().time()))
+        except Exception:
+            logger.exception("engine event of session %s failed", self.session_id)
+            self._stop_taking_at_once()
+            self._engine_events_failed()
+        return True
+
+    def _stop_taking_at_once(self) -> None:
+        stream, self._at_once = self._at_once, None
+        if stream is not None:
+            stream.take_at_once(None)
+
+    def _engine_events_failed(self) -> None:
+        # A fatal engine error: the session closes (4003), as for an engine that ended it.
+        self.apply(
+            self.session.engine_event(
+                port.EngineError(code="engine_error", message="the engine event stream failed", fatal=True)
             )
+        )
 
     # -- executing what the session decided ------------------------------------------------
 
     def apply(self, outputs: Sequence[Output]) -> None:
         """Carry out one step's outputs, in order, without waiting for any of them."""
+        outer, self._stepping = self._stepping, True
+        try:
+            self._apply(outputs)
+        finally:
+            self._stepping = outer
+
+    def _apply(self, outputs: Sequence[Output]) -> None:
         for output in outputs:
             if isinstance(output, ev.ServerEvent):
                 self._outbox.emit(output)

@@ -89,6 +89,11 @@ class EngineLink:
         self._task = asyncio.create_task(self._run(), name=f"engine-link:{name}")
 
     @property
+    def calling(self) -> bool:
+        """A call is being made on the link's own task (it may still be waiting for the engine)."""
+        return self._busy
+
+    @property
     def backlogged(self) -> bool:
         """More caller audio is waiting for the engine than the high water mark."""
         return self._audio_bytes > self._high_water
