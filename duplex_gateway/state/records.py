@@ -55,10 +55,14 @@ class SessionRecord:
     config: str
     #: The session's resume grace: how long its state outlives a client that left.
     grace_ms: int
+    #: The session's last server_event_seq when the record was written (the journal's own head
+    #: is newer once events follow; this one survives a journal rewritten after an outage).
+    head: int = 0
 
     def fields(self) -> dict[str, str]:
         """The record as a flat mapping of strings (a Redis hash)."""
         return {
+            "head": str(self.head),
             "owner": self.owner,
             "token": self.token_digest,
             "dialect": self.dialect,
@@ -79,6 +83,7 @@ class SessionRecord:
                 handshake=fields["handshake"],
                 config=fields["config"],
                 grace_ms=int(fields["grace_ms"]),
+                head=int(fields.get("head", "0")),
             )
         except (KeyError, ValueError):
             return None
