@@ -90,6 +90,17 @@ class ServerSettings(_Section):
     #: ``sess_<node_id>_<hex>``, so the balancer can send a resuming client to the process that holds
     #: its session (docs/scaling.md). Letters, digits and ``-`` only; null: ``sess_<hex>``.
     node_id: str | None = Field(None, pattern=r"^[A-Za-z0-9-]{1,32}$")
+    #: Copy resumable sessions into a state store shared by a fleet of gateways, Redis (or Valkey):
+    #: ``redis://host:port/db`` (``rediss://`` for TLS). Each session's event journal, resume token
+    #: (as a digest), configuration and this gateway's lease on it are written as it goes, off the
+    #: audio path. Null: a session lives in this process only. Needs the ``fleet`` extra.
+    state_store: str | None = Field(None, pattern=r"^(redis|rediss|unix)://")
+    #: The longest one call to the store may take; a slower store counts as down (the gateway
+    #: goes on serving, its sessions resumable on it alone, until the store answers again).
+    state_store_timeout_s: float = Field(1.0, gt=0, le=30)
+    #: How long a gateway's claim on its sessions lasts unrenewed (renewed three times as often):
+    #: after a crash, another gateway can take a session over at most this long later.
+    state_lease_s: float = Field(5.0, ge=0.5, le=300)
     #: Serve https/wss with this PEM certificate (chain) and private key (uvicorn's ``--ssl-certfile`` /
     #: ``--ssl-keyfile``): browsers give the demo page a microphone only in a secure context.
     ssl_certfile: str | None = None

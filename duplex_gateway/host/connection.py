@@ -483,6 +483,7 @@ class Connection:
         self._ended.set()
         if self._resumes is not None:
             self._resumes.unpark(self)
+            self._takeover.unmirror()
         if self._timer is not None:
             self._timer.cancel()
         if self._pacer is not None:
@@ -564,6 +565,7 @@ class Connection:
         if self._resumes is not None:
             # Resumable from now on, even before this socket is seen to drop.
             self._resumes.attach(self)
+            self._takeover.mirror()
         return True
 
     async def engine_caught_up(self) -> None:

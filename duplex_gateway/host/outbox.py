@@ -21,6 +21,7 @@ from duplex_gateway.host.transport import Attachment
 from duplex_gateway.ops.recording import Recorder
 from duplex_gateway.ops.session_stats import SessionStats
 from duplex_gateway.session.machine import Session
+from duplex_gateway.state.writer import SessionMirror
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.frames import Frame
 
@@ -54,6 +55,8 @@ class Outbox:
         self.attachment: Attachment | None = None
         #: Read-only Realtime clients watching the session (made on the first one).
         self.observers: Observers | None = None
+        #: The session's copy in the fleet's state store (None: kept in this process only).
+        self.mirror: SessionMirror | None = None
 
     def emit(self, event: ev.ServerEvent) -> None:
         """Send what the session decided: its reply audio encoded for the client, then numbered and sent."""
@@ -84,6 +87,10 @@ class Outbox:
         self._seq += 1
         if self._journal is not None:
             self._journal.append(self._seq, frame)
+            if self.mirror is not None:
+                self.mirror.event(self._seq, frame)
+                if isinstance(event, ev.SessionCreated | ev.SessionUpdated) and isinstance(frame, str):
+                    self.mirror.configured(frame)
         attachment = self.attachment
         if attachment is None:
             return  # detached: the journal holds it for a resume
@@ -92,6 +99,11 @@ class Outbox:
             attachment.send(frame, on_sent=self._stats.audio_queued(event.response_id))
         else:
             attachment.send(frame)
+
+    @property
+    def journal(self) -> Journal | None:
+        """The events kept for a resume (None: the session cannot be resumed)."""
+        return self._journal
 
     def send_frame(self, frame: Frame) -> None:
         """A frame outside the numbered stream (a paced one) to the attached socket, if any."""
@@ -102,6 +114,8 @@ class Outbox:
         """The client has every event up to ``seq``; raises ``ProtocolError`` for one never sent."""
         if self._journal is not None:  # nothing kept for a resume: nothing to trim
             self._journal.acknowledge(seq)
+            if self.mirror is not None:
+                self.mirror.acknowledged(seq)
 
     def replay(self, attachment: Attachment, last_seq: int) -> None:
         """Queue on ``attachment`` every journaled event after ``last_seq``, oldest first."""

@@ -27,6 +27,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from duplex_gateway.state.writer import StoreWriter
 from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
 
 __all__ = ["Journal", "ResumeRegistry", "new_resume_token", "new_session_id", "node_of"]
@@ -140,11 +141,13 @@ class ResumeRegistry(Generic[R]):
     the resume take the session over from that socket.
     """
 
-    def __init__(self, node_id: str | None = None) -> None:
+    def __init__(self, node_id: str | None = None, *, writer: StoreWriter | None = None) -> None:
         self._parked: dict[str, R] = {}
         self._attached: dict[str, R] = {}
         #: This process's ``server.node_id``: a refused resume says which node holds the session.
         self.node_id = node_id
+        #: Where resumable sessions are copied for the fleet (``server.state_store``; None: nowhere).
+        self.writer = writer
 
     def attach(self, session: R) -> None:
         """``session`` is served by a socket, and resumable from another."""

@@ -25,6 +25,7 @@ from duplex_gateway.ops.logs import bind_session
 from duplex_gateway.ops.metrics import GatewayMetrics
 from duplex_gateway.ops.session_stats import SessionStats
 from duplex_gateway.session.machine import Session
+from duplex_gateway.state.records import JournalEntry
 from duplex_gateway.vocabulary import events as ev
 from duplex_gateway.vocabulary.commands import SessionResume
 from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
@@ -134,6 +135,8 @@ class Takeover:
         self._resumed.set()
         self.generation += 1
         token = self._session.resume_token = new_resume_token()
+        if self._outbox.mirror is not None:
+            self._outbox.mirror.token(token)
         self._outbox.attachment = attachment
         if self._resumes is not None:
             self._resumes.attach(self._host)
@@ -154,6 +157,27 @@ class Takeover:
         replaced = self._reader.superseded.pop(task) if task is not None else None
         if replaced is not None:
             await replaced.finish(close_for(Failure.REPLACED), self._send_timeout_s)
+
+    def mirror(self) -> None:
+        """Copy the session to the fleet's state store from now on, if the gateway has one."""
+        writer = self._resumes.writer if self._resumes is not None else None
+        journal = self._outbox.journal
+        token = self._session.resume_token
+        if writer is None or journal is None or token is None or self._outbox.mirror is not None:
+            return
+        self._outbox.mirror = writer.track(
+            self._session.session_id,
+            dialect=self._host.dialect_label,
+            handshake=self._session.handshake.value,
+            token=token,
+            journal=lambda: [JournalEntry(seq, frame) for seq, frame in journal.entries()],
+        )
+
+    def unmirror(self) -> None:
+        """The session ended: its copy in the state store goes."""
+        mirror, self._outbox.mirror = self._outbox.mirror, None
+        if mirror is not None:
+            mirror.ended()
 
     def park(self, grace_s: float) -> None:
         """The socket dropped: the session waits, detached, for its client to resume it."""

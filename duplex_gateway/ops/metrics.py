@@ -244,6 +244,15 @@ class GatewayMetrics:
         """Read the engine's open session count at each scrape."""
         self._engine_sessions.set_function(lambda: float(count()))
 
+    def watch_state_store(self, up: Callable[[], bool]) -> None:
+        """Read at each scrape whether the state store answers (a gateway without one has no such series)."""
+        gauge = Gauge(
+            f"{PREFIX}_state_store_up",
+            "1 while the fleet's state store (server.state_store) answers; 0 while it does not.",
+            registry=self.registry,
+        )
+        gauge.set_function(lambda: 1.0 if up() else 0.0)
+
     def watch_tasks(self, count: Callable[[], int]) -> None:
         """Read the event loop's live task count at each scrape."""
         self._tasks.set_function(lambda: float(count()))

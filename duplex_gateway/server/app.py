@@ -35,6 +35,7 @@ from duplex_gateway.host.resumption import ResumeRegistry, new_session_id
 from duplex_gateway.ops.metrics import CONTENT_TYPE, GatewayMetrics
 from duplex_gateway.ops.recording import Recordings
 from duplex_gateway.server.direct_socket import direct_socket
+from duplex_gateway.server.fleet import Fleet
 from duplex_gateway.server.live_calls import (
     LIVE_SESSIONS_PATH,
     RefusedLiveCall,
@@ -115,7 +116,6 @@ class _Gateway:
         self.defaults = session_defaults(settings)
         self.registry = SessionRegistry(settings.limits.max_sessions)
         self.connections: set[Connection] = set()
-        self.resumes: ResumeRegistry[Connection] = ResumeRegistry(settings.server.node_id)
         #: Set once shutdown has begun: /readyz answers 503 so a load balancer stops sending callers.
         self.shutting_down = False
         #: Every metric of this gateway (``GET /metrics``); the auth layer counts its refusals
@@ -124,6 +124,11 @@ class _Gateway:
         self.metrics.watch_engine_sessions(lambda: engine.active_sessions)
         # Soak runs read it: a session that leaves a task behind shows as growth here.
         self.metrics.watch_tasks(_live_tasks)
+        #: The state store shared with other gateways (``server.state_store``; None: none).
+        self.fleet = Fleet.from_settings(settings, self.metrics)
+        self.resumes: ResumeRegistry[Connection] = ResumeRegistry(
+            settings.server.node_id, writer=self.fleet.writer if self.fleet is not None else None
+        )
         #: Which sessions are recorded, and where (``recording:``, ``auth.keys[].record``).
         self.recordings = Recordings.from_settings(settings)
         #: The Live API's Responses delegation backend (``live.responses``), connected at start-up.
@@ -143,7 +148,7 @@ class _Gateway:
 
     async def readyz(self, request: Request) -> Response:
         ready = self.engine.ready and not self.shutting_down
-        body = {
+        body: dict[str, object] = {
             "status": "ready" if ready else ("shutting_down" if self.shutting_down else "not_ready"),
             "node": self.settings.server.node_id,
             "engine": self.engine.capabilities.name,
@@ -151,6 +156,9 @@ class _Gateway:
             "engine_sessions": self.engine.active_sessions,
             "max_sessions": self.registry.max_sessions,
         }
+        if self.fleet is not None:
+            # Not a reason to stop taking callers: without the store, sessions stay on this gateway.
+            body["state_store"] = self.fleet.status()
         return JSONResponse(body, status_code=200 if ready else 503)
 
     async def metrics_endpoint(self, request: Request) -> Response:
@@ -635,6 +643,8 @@ class _Gateway:
         await asyncio.to_thread(SileroVad.shared)
         await self.engine.start()
         logger.info("engine %s ready", self.engine.capabilities.name)
+        if self.fleet is not None:
+            await self.fleet.start()
         audiosocket: AudioSocketServer | None = None
         if self._backend_settings is not None:
             self.backend = await ResponsesBackend.connect(self._backend_settings)
@@ -650,6 +660,8 @@ class _Gateway:
             yield
         finally:
             await self.calls.close()
+            if self.fleet is not None:
+                await self.fleet.close()
             if audiosocket is not None:
                 await audiosocket.close()
             if self.backend is not None:

@@ -37,7 +37,7 @@ from duplex_gateway.state.records import (
 )
 from duplex_gateway.state.store import StateStore, StoreUnavailable
 
-__all__ = ["StoreWriter"]
+__all__ = ["SessionMirror", "StoreWriter"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,11 +112,12 @@ class StoreWriter:
         handshake: str,
         token: str,
         journal: Callable[[], Sequence[JournalEntry]],
-    ) -> None:
+    ) -> SessionMirror:
         """Start mirroring a resumable session; ``journal`` gives the events it still holds."""
         self._forgotten.discard(session_id)
         self._sessions[session_id] = _Mirrored(dialect, handshake, token_digest(token), journal)
         self._touch(session_id)
+        return SessionMirror(self, session_id)
 
     def configured(self, session_id: str, frame: str) -> None:
         """The session's configuration changed: ``frame`` is the event that told its client."""
@@ -286,3 +287,30 @@ class StoreWriter:
                 "state store unavailable (%s): sessions go on, resumable on this gateway only", problem
             )
         self.healthy, self.problem = False, problem
+
+
+class SessionMirror:
+    """One session's side of a :class:`StoreWriter`: what the session tells it, none of which waits."""
+
+    __slots__ = ("_writer", "session_id")
+
+    def __init__(self, writer: StoreWriter, session_id: str) -> None:
+        self._writer = writer
+        self.session_id = session_id
+
+    def event(self, seq: int, frame: str | bytes) -> None:
+        """A numbered server event went into the session's journal."""
+        self._writer.event(self.session_id, seq, frame)
+
+    def acknowledged(self, seq: int) -> None:
+        self._writer.acknowledged(self.session_id, seq)
+
+    def configured(self, frame: str) -> None:
+        """The session's configuration changed; ``frame`` told the client."""
+        self._writer.configured(self.session_id, frame)
+
+    def token(self, token: str) -> None:
+        self._writer.token(self.session_id, token)
+
+    def ended(self) -> None:
+        self._writer.ended(self.session_id)

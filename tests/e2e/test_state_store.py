@@ -1,0 +1,183 @@
+"""A gateway with ``server.state_store``: its resumable sessions copied into a real Redis as they go.
+
+The copy is what another gateway resumes a session from: every numbered event exactly as
+the client got it, the current resume token (as a digest), the configuration the client
+was last told, and this gateway's lease. A store that goes down costs the copy, never a
+session: the gateway answers turns throughout, says so on ``/readyz`` and ``/metrics``,
+and rewrites each session whole once the store is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from duplex_gateway.state.records import JournalEntry, token_matches
+from duplex_gateway.state.redis_store import RedisStateStore
+from tests.e2e.helpers import Gateway, GatewayFactory, speech_turn, stream_audio, ws_connect
+from tests.redis_server import RedisServer, redis_server_at
+
+pytestmark = pytest.mark.e2e
+
+GRACE_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with redis_server_at(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gateway(module_gateway_factory: GatewayFactory, redis_server: RedisServer) -> Gateway:
+    return module_gateway_factory.start(
+        {
+            "server": {
+                "web_demo": False,
+                "node_id": "gw-a",
+                "state_store": redis_server.url,
+                "state_store_timeout_s": 0.5,
+                "state_lease_s": 2.0,
+            },
+            "engine": {"name": "echo", "echo": {"pace": 4.0}},
+            "limits": {"resume_grace_s": GRACE_S, "max_sessions": 8},
+        },
+        name="state-store",
+    )
+
+
+@pytest.fixture
+async def store(redis_server: RedisServer) -> AsyncIterator[RedisStateStore]:
+    store = RedisStateStore(redis_server.url, timeout_s=1.0)
+    yield store
+    await store.close()
+
+
+class Client:
+    """A Realtime client that keeps every frame it got, as it got it."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.frames: list[str] = []
+        self.events: list[dict[str, Any]] = []
+
+    async def until(self, kind: str, timeout: float = 15.0) -> dict[str, Any]:
+        async with asyncio.timeout(timeout):
+            while True:
+                frame = await self.ws.recv()
+                self.frames.append(frame)
+                event = json.loads(frame)
+                self.events.append(event)
+                if event["type"] == kind:
+                    return event
+
+    def journal(self) -> tuple[JournalEntry, ...]:
+        """The numbered events, as the gateway's journal (and so its copy) holds them."""
+        return tuple(
+            JournalEntry(event["server_event_seq"], frame)
+            for frame, event in zip(self.frames, self.events, strict=True)
+            if "server_event_seq" in event
+        )
+
+
+async def eventually(check: Any, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not await check():
+            await asyncio.sleep(0.05)
+
+
+def metric(gateway: Gateway, name: str) -> float | None:
+    with urllib.request.urlopen(gateway.base_url + "/metrics", timeout=5) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return None
+
+
+async def a_turn(client: Client) -> None:
+    await stream_audio(client.ws, speech_turn(24_000), realtime=False)
+    await client.ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+    await client.ws.send(json.dumps({"type": "response.create"}))
+    done = await client.until("response.done")
+    assert done["response"]["status"] == "completed"
+    await client.until("rate_limits.updated")  # the last event of a reply
+
+
+async def test_a_session_is_in_the_store_as_it_goes_and_leaves_it_when_it_ends(
+    gateway: Gateway, store: RedisStateStore
+) -> None:
+    assert gateway.readyz()["state_store"]["status"] == "ok"
+    assert metric(gateway, "duplex_gateway_state_store_up") == 1.0
+    async with ws_connect(gateway, "/v1/realtime") as ws:
+        client = Client(ws)
+        created = await client.until("session.created")
+        await ws.send(json.dumps({"type": "session.update", "session": {"instructions": "Be brief."}}))
+        updated = await client.until("session.updated")
+        session_id, token = created["session_id"], created["resume_token"]
+        await a_turn(client)
+
+        async def copied() -> bool:
+            return (await store.replay(session_id, 0)).entries == client.journal()
+
+        await eventually(copied)
+        record = await store.load(session_id)
+        assert record is not None
+        assert token_matches(record, token)
+        assert (record.owner, record.dialect, record.handshake) == ("gw-a", "realtime", "realtime")
+        assert json.loads(record.config)["session"]["instructions"] == updated["session"]["instructions"]
+        assert await store.owner(session_id) == "gw-a"
+        # Acknowledged events leave the copy as they leave the journal.
+        last = client.journal()[-1].seq
+        await ws.send(json.dumps({"type": "session.event_ack", "server_event_seq": last - 2}))
+
+        async def trimmed() -> bool:
+            replay = await store.replay(session_id, 0)
+            return replay.first_kept == last - 1 and replay.head == last
+
+        await eventually(trimmed)
+    # The client left without coming back: once its grace is over, so is the copy.
+
+    async def forgotten() -> bool:
+        return await store.load(session_id) is None and await store.owner(session_id) is None
+
+    await eventually(forgotten, timeout=GRACE_S + 5)
+
+
+async def test_the_gateway_serves_through_a_store_outage_and_heals_the_copy(
+    gateway: Gateway, store: RedisStateStore, redis_server: RedisServer
+) -> None:
+    async with ws_connect(gateway, "/v1/realtime") as ws:
+        client = Client(ws)
+        created = await client.until("session.created")
+        session_id = created["session_id"]
+        redis_server.kill()
+        try:
+            await a_turn(client)  # answered while the store is down
+
+            async def reported() -> bool:
+                body = await asyncio.to_thread(gateway.readyz)  # still ready: 200
+                return bool(body["state_store"]["status"] == "unavailable")
+
+            await eventually(reported)
+            assert metric(gateway, "duplex_gateway_state_store_up") == 0.0
+            # A new session is admitted and answered meanwhile.
+            async with ws_connect(gateway, "/v1/realtime") as other:
+                another = Client(other)
+                await another.until("session.created")
+                await a_turn(another)
+        finally:
+            redis_server.start()
+        await a_turn(client)
+
+        async def healed() -> bool:
+            return (await store.replay(session_id, 0)).entries == client.journal()
+
+        await eventually(healed, timeout=10)
+        assert gateway.readyz()["state_store"]["status"] == "ok"
+        assert metric(gateway, "duplex_gateway_state_store_up") == 1.0
+        assert await store.owner(session_id) == "gw-a"
