@@ -93,7 +93,8 @@ class ServerSettings(_Section):
     #: Copy resumable sessions into a state store shared by a fleet of gateways, Redis (or Valkey):
     #: ``redis://host:port/db`` (``rediss://`` for TLS). Each session's event journal, resume token
     #: (as a digest), configuration and this gateway's lease on it are written as it goes, off the
-    #: audio path. Null: a session lives in this process only. Needs the ``fleet`` extra.
+    #: audio path, and a resume reaching another gateway of the fleet is taken over there from that
+    #: copy (docs/scaling.md). Null: a session lives in this process only. Needs the ``fleet`` extra.
     state_store: str | None = Field(None, pattern=r"^(redis|rediss|unix)://")
     #: The longest one call to the store may take; a slower store counts as down (the gateway
     #: goes on serving, its sessions resumable on it alone, until the store answers again).

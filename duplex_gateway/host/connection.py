@@ -286,6 +286,30 @@ class Connection:
         self.resume_token = self._takeover.take(attachment)
         await self._serve_socket(attachment, resumed_after=last_seq)
 
+    async def carry_on(self, entries: Sequence[tuple[int, str | bytes]], head: int, config: str) -> bool:
+        """Open this session as the one another gateway served until now, for :meth:`resume` to attach.
+
+        Its journal goes on from ``head`` (``entries``: the events its client may still ask
+        for), its engine session opens with its configuration, and its copy in the state store
+        (``config``: the frame that last told its client its configuration) is written by this
+        gateway from now on. False: no room here, or the engine would not open it.
+        """
+        loop = asyncio.get_running_loop()
+        # The session's clock starts again here: its start on the other gateway is not kept.
+        self._stats.started_at = loop.time()
+        self._deadline = loop.time() + self._limits.max_session_s
+        self.session.carried_on()
+        self._journal.carry_on(entries, head)
+        self._outbox.carry_on(head)
+        if not self._registry.try_admit(self.session_id, self):
+            return False
+        self._stats.admitted(self._metrics.labels(self.dialect_label))
+        if not await self._open_engine(self.session.config):
+            return False
+        if self._outbox.mirror is not None:
+            self._outbox.mirror.configured(config)
+        return True
+
     async def _serve_socket(
         self, attachment: Attachment, *, realtime: bool = False, resumed_after: int | None = None
     ) -> None:

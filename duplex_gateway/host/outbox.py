@@ -100,6 +100,10 @@ class Outbox:
         else:
             attachment.send(frame)
 
+    def carry_on(self, head: int) -> None:
+        """Number from ``head`` on: the session's events up to it were sent by another gateway."""
+        self._seq = head
+
     @property
     def journal(self) -> Journal | None:
         """The events kept for a resume (None: the session cannot be resumed)."""

@@ -24,11 +24,14 @@ import hmac
 import re
 import secrets
 from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from duplex_gateway.state.writer import StoreWriter
+from duplex_gateway.vocabulary.commands import SessionResume
 from duplex_gateway.vocabulary.errors import ErrorCode, ProtocolError
+from duplex_gateway.vocabulary.frames import Socket
 
 __all__ = ["Journal", "ResumeRegistry", "new_resume_token", "new_session_id", "node_of"]
 
@@ -110,6 +113,14 @@ class Journal:
         """Whether every event after ``seq`` is still held."""
         return seq >= self._dropped_through
 
+    def carry_on(self, entries: Sequence[tuple[int, str | bytes]], head: int) -> None:
+        """Start as the journal of a session taken over: ``entries`` (the events after what its
+        client has), and ``head``, the session's last sequence number."""
+        for seq, text in entries:
+            self.append(seq, text)
+        self._dropped_through = entries[0][0] - 1 if entries else head
+        self._head = head
+
     def entries(self) -> list[tuple[int, str | bytes]]:
         """Every event held, with its sequence number, oldest first."""
         return [(entry.seq, entry.text) for entry in self._entries]
@@ -141,13 +152,22 @@ class ResumeRegistry(Generic[R]):
     the resume take the session over from that socket.
     """
 
-    def __init__(self, node_id: str | None = None, *, writer: StoreWriter | None = None) -> None:
+    def __init__(
+        self,
+        node_id: str | None = None,
+        *,
+        writer: StoreWriter | None = None,
+        adopt: Callable[[SessionResume, Socket], Awaitable[R]] | None = None,
+    ) -> None:
         self._parked: dict[str, R] = {}
         self._attached: dict[str, R] = {}
         #: This process's ``server.node_id``: a refused resume says which node holds the session.
         self.node_id = node_id
         #: Where resumable sessions are copied for the fleet (``server.state_store``; None: nowhere).
         self.writer = writer
+        #: Takes over a session this process does not hold from the fleet's copy of it (raises
+        #: ``ProtocolError`` when it cannot; None: no fleet).
+        self.adopt = adopt
 
     def attach(self, session: R) -> None:
         """``session`` is served by a socket, and resumable from another."""

@@ -84,9 +84,7 @@ class Takeover:
             )
             return False
         try:
-            target = self._resumes.claim(
-                command.session_id, command.resume_token, command.last_received_server_event_seq
-            )
+            target = await self._claim(command)
         except ProtocolError as exc:
             self._metrics.resume("gap" if exc.code is ErrorCode.RESUME_GAP else "refused")
             attachment = self._outbox.attachment
@@ -108,6 +106,20 @@ class Takeover:
         self._outbox.attachment = None
         await target.resume(attachment.socket, command.last_received_server_event_seq)
         return True
+
+    async def _claim(self, command: SessionResume) -> Connection:
+        """The session ``command`` names: held here, or else taken over from the fleet's copy of it."""
+        assert self._resumes is not None
+        try:
+            return self._resumes.claim(
+                command.session_id, command.resume_token, command.last_received_server_event_seq
+            )
+        except ProtocolError as exc:
+            if exc.code is not ErrorCode.INVALID_RESUME_TOKEN or self._resumes.adopt is None:
+                raise
+        attachment = self._outbox.attachment
+        assert attachment is not None
+        return await self._resumes.adopt(command, attachment.socket)
 
     # -- the session it names ------------------------------------------------------------------------
 

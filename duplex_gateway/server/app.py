@@ -34,6 +34,7 @@ from duplex_gateway.host.delegation import ResponsesBackend, backend_settings
 from duplex_gateway.host.resumption import ResumeRegistry, new_session_id
 from duplex_gateway.ops.metrics import CONTENT_TYPE, GatewayMetrics
 from duplex_gateway.ops.recording import Recordings
+from duplex_gateway.server.adoption import Adoption
 from duplex_gateway.server.direct_socket import direct_socket
 from duplex_gateway.server.fleet import Fleet
 from duplex_gateway.server.live_calls import (
@@ -127,7 +128,9 @@ class _Gateway:
         #: The state store shared with other gateways (``server.state_store``; None: none).
         self.fleet = Fleet.from_settings(settings, self.metrics)
         self.resumes: ResumeRegistry[Connection] = ResumeRegistry(
-            settings.server.node_id, writer=self.fleet.writer if self.fleet is not None else None
+            settings.server.node_id,
+            writer=self.fleet.writer if self.fleet is not None else None,
+            adopt=Adoption(self.fleet, self.defaults, self._realtime_connection) if self.fleet else None,
         )
         #: Which sessions are recorded, and where (``recording:``, ``auth.keys[].record``).
         self.recordings = Recordings.from_settings(settings)
@@ -496,8 +499,32 @@ class _Gateway:
                 defaults = _with_session(defaults, principal.session)
             except ProtocolError as exc:  # checked when minted; a gateway of another version may differ
                 logger.warning("session %s: client secret's session not applied: %s", session_id, exc.message)
-        connection = Connection(
+        connection = self._realtime_connection(
             direct_socket(websocket),
+            session_id,
+            handshake,
+            defaults,
+            beta=beta,
+            principal=principal if isinstance(principal, Principal) else None,
+            endpoint=_endpoint(websocket, beta),
+        )
+        await self._serve_connection(connection)
+
+    def _realtime_connection(
+        self,
+        socket: Socket,
+        session_id: str,
+        handshake: Handshake,
+        defaults: SessionConfig,
+        *,
+        beta: bool = False,
+        principal: Principal | None = None,
+        endpoint: dict[str, object] | None = None,
+    ) -> Connection:
+        """A Realtime (or vLLM-Omni duplex) session on ``socket``; a session taken over gets no endpoint."""
+        dialect = "duplex" if handshake is Handshake.DUPLEX else "realtime"
+        return Connection(
+            socket,
             session_id=session_id,
             engine=self.engine,
             settings=self.settings,
@@ -512,17 +539,16 @@ class _Gateway:
             ),
             resumes=self.resumes,
             metrics=self.metrics,
-            dialect_name="duplex" if handshake is Handshake.DUPLEX else "realtime",
+            dialect_name=dialect,
             recorder=self.recordings.start(
                 session_id,
-                principal=principal if isinstance(principal, Principal) else None,
+                principal=principal,
                 engine=self.engine.capabilities,
-                dialect="duplex" if handshake is Handshake.DUPLEX else "realtime",
+                dialect=dialect,
                 config=defaults,
-                endpoint=_endpoint(websocket, beta),
+                endpoint=endpoint or {},
             ),
         )
-        await self._serve_connection(connection)
 
     async def live(self, websocket: WebSocket) -> None:
         """``/v1/live/sessions``: OpenAI's full-duplex Live API; its ``session.start`` opens the session.

@@ -38,10 +38,12 @@ class Fleet:
         self.owner = server.node_id or f"gw-{secrets.token_hex(4)}"
         self.where = _without_password(server.state_store)
         self.store = RedisStateStore(server.state_store, timeout_s=server.state_store_timeout_s)
+        #: How long this gateway's claim on a session lasts unrenewed.
+        self.lease_ms = int(server.state_lease_s * 1000)
         self.writer = StoreWriter(
             self.store,
             owner=self.owner,
-            lease_ms=int(server.state_lease_s * 1000),
+            lease_ms=self.lease_ms,
             grace_ms=int(limits.resume_grace_s * 1000),
             max_events=limits.resume_journal_events,
         )

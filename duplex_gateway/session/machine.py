@@ -216,6 +216,10 @@ class Session:
         """A transcription session: turns are transcribed, never answered."""
         return self._settings.transcribing_only
 
+    def carried_on(self) -> None:
+        """Taken over from another gateway, where it was configured and announced: open, quietly."""
+        self._life.move(Happening.CARRIED_ON)
+
     def engine_opened(self) -> list[Output]:
         """The engine session requested by :class:`OpenEngine` is ready."""
         self._life.move(Happening.ENGINE_OPENED)
@@ -468,14 +472,13 @@ class Session:
     ) -> list[Output]:
         """Caller audio converted to the engine's format, with VAD windows ``(end_ms, probability)``.
 
-        ``end_ms`` counts from the start of the session's input stream; ``is_speech``
-        and ``hints`` are the client's, for the engine; ``now`` is when it was processed
-        (the clock of :meth:`receive`; it times the replies turn detection starts).
-        ``video_frames``: camera frames taken while this audio was spoken; they go to
-        the engine with the next audio it gets (this, or the audio after it).
+        ``end_ms`` counts from the start of the session's input stream; ``is_speech`` and ``hints`` are
+        the client's, for the engine; ``now`` is when it was processed (the clock of :meth:`receive`;
+        it times the replies turn detection starts). ``video_frames``: camera frames taken while this
+        audio was spoken; they go to the engine with the next audio it gets (this, or the one after).
         """
-        # An empty chunk (the resampler is still filling) still moves the input
-        # clock and may carry VAD windows: only its audio is absent.
+        # An empty chunk (the resampler is still filling) still moves the input clock and may carry
+        # VAD windows: only its audio is absent.
         if self.closed:
             return []
         if now is not None:

@@ -32,6 +32,8 @@ class Happening(enum.Enum):
     CONFIGURED = "configured"
     #: The engine session asked for by :class:`OpenEngine` is ready.
     ENGINE_OPENED = "engine_opened"
+    #: Taken over from another gateway, which opened it: it goes on, open, with nothing to announce.
+    CARRIED_ON = "carried_on"
     #: The client, the gateway or the engine ended the session.
     CLOSED = "closed"
 
@@ -42,6 +44,8 @@ _P, _H = Phase, Happening
 PHASE_TRANSITIONS: Mapping[tuple[Phase, Happening], Phase] = {
     (_P.AWAITING_CONFIG, _H.CONFIGURED): _P.OPENING,
     (_P.OPENING, _H.ENGINE_OPENED): _P.OPEN,
+    (_P.AWAITING_CONFIG, _H.CARRIED_ON): _P.OPEN,
+    (_P.OPEN, _H.CARRIED_ON): _P.OPEN,
     (_P.AWAITING_CONFIG, _H.CLOSED): _P.CLOSED,
     (_P.OPENING, _H.CLOSED): _P.CLOSED,
     (_P.OPEN, _H.CLOSED): _P.CLOSED,

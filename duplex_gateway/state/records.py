@@ -134,6 +134,8 @@ class Acknowledge:
 @dataclass(frozen=True, slots=True)
 class Forget:
     session_id: str
+    #: The lease too (False: only the data, about to be written again by the lease's holder).
+    lease: bool = True
 
 
 Write = SaveRecord | AppendEvents | Acknowledge | Forget

@@ -86,7 +86,8 @@ class RedisStateStore(StateStore):
         import redis.asyncio as aioredis
 
         self.url = url
-        self._timeout_s = timeout_s
+        #: The longest one call may take.
+        self.timeout_s = timeout_s
         self._redis: Any = aioredis.Redis.from_url(
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=False
         )
@@ -98,7 +99,7 @@ class RedisStateStore(StateStore):
         from redis.exceptions import TimeoutError as RedisTimeout
 
         try:
-            async with asyncio.timeout(self._timeout_s):
+            async with asyncio.timeout(self.timeout_s):
                 return await call
         except (TimeoutError, RedisTimeout, RedisConnectionError, OSError) as exc:
             raise StoreUnavailable(f"{self.url}: {exc or type(exc).__name__}") from exc
@@ -132,7 +133,8 @@ class RedisStateStore(StateStore):
                 _, journal, _ = _keys(write.session_id)
                 pipe.xtrim(journal, minid=f"{write.seq + 1}-0", approximate=False)
             elif isinstance(write, Forget):
-                pipe.delete(*_keys(write.session_id))
+                record, journal, lease = _keys(write.session_id)
+                pipe.delete(record, journal, *([lease] if write.lease else []))
         # An event written twice (a batch retried after a timeout that hid its success) is
         # refused by the stream as not newer: the first write stands, and that is right.
         await self._bounded(pipe.execute(raise_on_error=False))

@@ -21,6 +21,9 @@ class StateStore(abc.ABC):
     that dies leaves nothing behind for longer than its lease and the session's grace.
     """
 
+    #: The longest one call may take.
+    timeout_s: float = 1.0
+
     @abc.abstractmethod
     async def ping(self) -> None:
         """Return if the store answers."""

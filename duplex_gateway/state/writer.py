@@ -95,6 +95,7 @@ class StoreWriter:
         self._forgotten: set[str] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
         #: Whether the store answered the last write or renewal.
         self.healthy = True
         #: Why it did not, while it does not.
@@ -172,12 +173,18 @@ class StoreWriter:
 
     async def close(self) -> None:
         """Stop; one last round writes what is pending, if the store answers."""
-        if self._task is None:
+        task, self._task = self._task, None
+        if task is None:
             return
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
+        # A flag, not a cancel: a cancel that lands as the wait's own deadline passes can be
+        # taken for the deadline, and the loop would go on.
+        self._closing = True
+        self._wake.set()
+        with contextlib.suppress(TimeoutError, StoreUnavailable):
+            async with asyncio.timeout(2 * self.store.timeout_s + _MAX_BACKOFF_S):
+                await asyncio.shield(task)
+        if not task.done():
+            task.cancel()
         with contextlib.suppress(StoreUnavailable):
             await self._round()
 
@@ -186,10 +193,14 @@ class StoreWriter:
         renew_every = self._lease_ms / 3000
         renew_at = loop.time() + renew_every
         backoff = 0.0
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, renew_at - loop.time())):
-                    await self._wake.wait()
+        while not self._closing:
+            waiter = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait([waiter], timeout=max(0.0, renew_at - loop.time()))
+            finally:
+                waiter.cancel()
+            if self._closing:
+                return
             if backoff:
                 await asyncio.sleep(backoff)
             try:
@@ -224,11 +235,12 @@ class StoreWriter:
                     batch.extend(self._writes(session_id, mirrored))
                     if not mirrored.leased:
                         fresh.append(session_id)
-            await self.store.write(batch)
+            # The lease first: a copy is never there for another gateway to take while unheld.
             for session_id in fresh:
                 await self.store.take_lease(session_id, self.owner, self._lease_ms, unless_held=False)
                 if (mirrored := self._sessions.get(session_id)) is not None:
                     mirrored.leased = True
+            await self.store.write(batch)
         except BaseException:
             # Whatever of the batch the store took, these sessions' copies may be behind now:
             # each is rewritten whole once the store answers; the ended are deleted then.
@@ -245,7 +257,7 @@ class StoreWriter:
         ttl_ms = self._lease_ms + self._grace_ms
         writes: list[Write] = []
         if mirrored.rewrite:
-            writes.append(Forget(session_id))
+            writes.append(Forget(session_id, lease=False))
             mirrored.pending = list(mirrored.journal())
             mirrored.record_stale = True
             mirrored.acknowledged = None

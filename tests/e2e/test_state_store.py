@@ -181,3 +181,78 @@ async def test_the_gateway_serves_through_a_store_outage_and_heals_the_copy(
         assert gateway.readyz()["state_store"]["status"] == "ok"
         assert metric(gateway, "duplex_gateway_state_store_up") == 1.0
         assert await store.owner(session_id) == "gw-a"
+
+
+def fleet_gateway(factory: GatewayFactory, redis_server: RedisServer, node: str) -> Gateway:
+    return factory.start(
+        {
+            "server": {
+                "web_demo": False,
+                "node_id": node,
+                "state_store": redis_server.url,
+                "state_store_timeout_s": 0.5,
+                "state_lease_s": 1.0,
+            },
+            "engine": {"name": "echo", "echo": {"pace": 4.0}},
+            "limits": {"resume_grace_s": 30, "max_sessions": 8},
+        },
+        name=node,
+    )
+
+
+def kill(gateway: Gateway) -> None:
+    """SIGKILL: no drain, no goodbye, nothing written at exit."""
+    gateway.proc.kill()
+    gateway.proc.wait(10)
+    gateway.stopped = True
+
+
+async def test_a_session_resumes_on_another_gateway_after_its_own_is_killed(
+    gateway_factory: GatewayFactory, redis_server: RedisServer, store: RedisStateStore
+) -> None:
+    first = fleet_gateway(gateway_factory, redis_server, "gw-1")
+    second = fleet_gateway(gateway_factory, redis_server, "gw-2")
+    async with ws_connect(first) as ws:
+        before = Client(ws)
+        created = await before.until("session.created")
+        session_id, token = created["session_id"], created["resume_token"]
+        await ws.send(json.dumps({"type": "session.update", "session": {"instructions": "Be brief."}}))
+        await before.until("session.updated")
+        await a_turn(before)
+        journal = before.journal()
+
+        async def copied() -> bool:
+            return (await store.replay(session_id, 0)).entries == journal
+
+        await eventually(copied)
+        kill(first)
+    # The client lost the last three events on the way.
+    missed_from = journal[-3].seq
+    async with ws_connect(second, "/v1/realtime?resume=1") as ws:
+        after = Client(ws)
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "session.resume",
+                    "session_id": session_id,
+                    "resume_token": token,
+                    "last_received_server_event_seq": missed_from - 1,
+                }
+            )
+        )
+        resumed = await after.until("session.resumed", timeout=10)
+        assert resumed["session_id"] == session_id
+        assert resumed["resume_token"] and resumed["resume_token"] != token
+        await a_turn(after)
+        numbered = after.journal()
+        # What it missed, exactly as the first gateway sent it, then the session going on.
+        assert numbered[:3] == journal[-3:]
+        assert [entry.seq for entry in numbered] == list(range(missed_from, missed_from + len(numbered)))
+        assert [e["type"] for e in after.events if e["type"] == "error"] == []
+        # The configuration came along.
+        await ws.send(json.dumps({"type": "session.update", "session": {"output_modalities": ["audio"]}}))
+        updated = await after.until("session.updated")
+        assert updated["session"]["instructions"] == "Be brief."
+        assert await store.owner(session_id) == "gw-2"
+        record = await store.load(session_id)
+        assert record is not None and token_matches(record, resumed["resume_token"])

@@ -54,6 +54,19 @@ def test_event_ack_trims_the_journal() -> None:
     assert journal.can_replay_after(5) and not journal.can_replay_after(4)
 
 
+def test_a_journal_carried_on_goes_on_from_the_sessions_head() -> None:
+    journal = Journal(max_events=16, max_bytes=1 << 16)
+    journal.carry_on([(8, "e8"), (9, "e9")], head=9)
+    assert journal.head == 9 and journal.entries() == [(8, "e8"), (9, "e9")]
+    assert journal.can_replay_after(7) and not journal.can_replay_after(6)
+    journal.acknowledge(9)  # the client has the last event the other gateway sent
+    journal.append(10, "e10")
+    assert journal.after(9) == ["e10"]
+    empty = Journal(max_events=16, max_bytes=1 << 16)
+    empty.carry_on([], head=5)
+    assert empty.head == 5 and empty.can_replay_after(5) and not empty.can_replay_after(4)
+
+
 def test_an_ack_of_an_event_never_sent_is_refused() -> None:
     journal = Journal(max_events=10, max_bytes=1000)
     journal.append(1, "e1")

@@ -117,6 +117,15 @@ def test_duplex_handshake_requires_session_update_first() -> None:
     assert s.receive(cmd.InputAudioAppend(audio=bytes(640)), now=0) == [ProcessInput(audio=bytes(640))]
 
 
+@pytest.mark.parametrize("handshake", list(Handshake))
+def test_a_session_carried_on_from_another_gateway_is_open_and_says_nothing(handshake: Handshake) -> None:
+    """Its client was told session.created on the gateway it came from: no second one, no update needed."""
+    s = make(handshake=handshake)
+    s.carried_on()
+    assert s.configured
+    assert s.receive(cmd.InputAudioAppend(audio=bytes(640)), now=0) == [ProcessInput(audio=bytes(640))]
+
+
 def test_event_ack_is_answered_by_nothing_and_trims_the_resume_journal() -> None:
     s = make(handshake=Handshake.DUPLEX)
     # No event back (DuplexClient acks every event: an answer would loop), but the journal

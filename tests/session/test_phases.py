@@ -46,6 +46,8 @@ def test_the_table_names_every_move_a_session_makes() -> None:
     assert dict(PHASE_TRANSITIONS) == {
         (Phase.AWAITING_CONFIG, Happening.CONFIGURED): Phase.OPENING,
         (Phase.OPENING, Happening.ENGINE_OPENED): Phase.OPEN,
+        (Phase.AWAITING_CONFIG, Happening.CARRIED_ON): Phase.OPEN,
+        (Phase.OPEN, Happening.CARRIED_ON): Phase.OPEN,
         (Phase.AWAITING_CONFIG, Happening.CLOSED): Phase.CLOSED,
         (Phase.OPENING, Happening.CLOSED): Phase.CLOSED,
         (Phase.OPEN, Happening.CLOSED): Phase.CLOSED,
