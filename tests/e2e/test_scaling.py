@@ -145,19 +145,24 @@ def two_gateways(gateway_factory: GatewayFactory) -> dict[str, Gateway]:
     return {node: _gateway(gateway_factory, node) for node in ("gw1", "gw2")}
 
 
-@pytest.fixture
-def haproxy(tmp_path: Path, two_gateways: dict[str, Gateway]) -> Iterator[Balancer]:
+def start_haproxy(tmp_path: Path, gateways: dict[str, Gateway]) -> Balancer:
+    """The shipped HAProxy config in front of ``gateways`` (``gw1`` and ``gw2``), its runtime API in ``tmp_path``."""
     if shutil.which("haproxy") is None:
         pytest.skip("haproxy is not installed")
     port, admin = free_port(), tmp_path / "admin.sock"
-    text = _point_at((CONFIGS / "haproxy.cfg").read_text(encoding="utf-8"), two_gateways)
+    text = _point_at((CONFIGS / "haproxy.cfg").read_text(encoding="utf-8"), gateways)
     text = text.replace("bind :8000", f"bind 127.0.0.1:{port}")
     text = re.sub(r"stats socket \S+", f"stats socket {admin}", text)
     cfg = tmp_path / "haproxy.cfg"
     cfg.write_text(text, encoding="utf-8")
     check = subprocess.run(["haproxy", "-c", "-f", str(cfg)], capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stdout + check.stderr
-    balancer = _start(["haproxy", "-db", "-f", str(cfg)], port, tmp_path / "haproxy.log", admin)
+    return _start(["haproxy", "-db", "-f", str(cfg)], port, tmp_path / "haproxy.log", admin)
+
+
+@pytest.fixture
+def haproxy(tmp_path: Path, two_gateways: dict[str, Gateway]) -> Iterator[Balancer]:
+    balancer = start_haproxy(tmp_path, two_gateways)
     yield balancer
     balancer.stop()
 

@@ -11,9 +11,6 @@ The second turn is answered in the same session, with no ``error``, no
 from __future__ import annotations
 
 import asyncio
-import re
-import shutil
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -23,8 +20,8 @@ pytest.importorskip("vllm_omni", reason="DuplexClient runs in .venv-omni (make t
 
 from duplex_gateway.host.resumption import node_of
 from duplex_gateway.state.redis_store import RedisStateStore
-from tests.e2e.helpers import Gateway, GatewayFactory, free_port
-from tests.e2e.test_scaling import CONFIGS, Balancer, _point_at, _start
+from tests.e2e.helpers import Gateway, GatewayFactory
+from tests.e2e.test_scaling import Balancer, start_haproxy
 from tests.omni.test_duplex_client_defaults import default_client
 from tests.redis_server import RedisServer, redis_server_at
 
@@ -54,17 +51,7 @@ def gateways(gateway_factory: GatewayFactory, redis_server: RedisServer) -> dict
 
 @pytest.fixture
 def haproxy(tmp_path: Path, gateways: dict[str, Gateway]) -> Iterator[Balancer]:
-    if shutil.which("haproxy") is None:
-        pytest.skip("haproxy is not installed")
-    port = free_port()
-    text = _point_at((CONFIGS / "haproxy.cfg").read_text(encoding="utf-8"), gateways)
-    text = text.replace("bind :8000", f"bind 127.0.0.1:{port}")
-    text = re.sub(r"stats socket \S+", f"stats socket {tmp_path / 'admin.sock'}", text)
-    cfg = tmp_path / "haproxy.cfg"
-    cfg.write_text(text, encoding="utf-8")
-    check = subprocess.run(["haproxy", "-c", "-f", str(cfg)], capture_output=True, text=True, check=False)
-    assert check.returncode == 0, check.stdout + check.stderr
-    balancer = _start(["haproxy", "-db", "-f", str(cfg)], port, tmp_path / "haproxy.log")
+    balancer = start_haproxy(tmp_path, gateways)
     yield balancer
     balancer.stop()
 

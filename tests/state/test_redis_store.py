@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -20,22 +18,9 @@ from duplex_gateway.state.records import (
 )
 from duplex_gateway.state.redis_store import RedisStateStore
 from duplex_gateway.state.store import StoreUnavailable
-from tests.redis_server import RedisServer, redis_server_at
+from tests.redis_server import RedisServer
 
 TTL_MS = 60_000
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server_at(tmp_path) as server:
-        yield server
-
-
-@pytest.fixture
-async def store(redis_server: RedisServer) -> AsyncIterator[RedisStateStore]:
-    store = RedisStateStore(redis_server.url, timeout_s=1.0)
-    yield store
-    await store.close()
 
 
 def record(session_id: str = "sess_a", owner: str = "gw-1", grace_ms: int = 30_000) -> SessionRecord:

@@ -3,28 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
 from duplex_gateway.state.records import AppendEvents, JournalEntry, SaveRecord, SessionRecord, token_digest
 from duplex_gateway.state.redis_store import RedisStateStore
 from duplex_gateway.state.takeover import Refusal, TakeoverRefused, claim
-from tests.redis_server import RedisServer, redis_server_at
+from tests.redis_server import RedisServer
 
 TTL_MS = 60_000
 
 
 @pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server_at(tmp_path) as server:
-        yield server
-
-
-@pytest.fixture
-async def store(redis_server: RedisServer) -> AsyncIterator[RedisStateStore]:
-    store = RedisStateStore(redis_server.url, timeout_s=0.5)
+async def store(store: RedisStateStore) -> RedisStateStore:
+    """The store holding one session, ``sess_a``, whose journal kept its latest 4 of 6 events."""
     await store.write(
         [
             SaveRecord(
@@ -48,8 +40,7 @@ async def store(redis_server: RedisServer) -> AsyncIterator[RedisStateStore]:
             ),
         ]
     )
-    yield store
-    await store.close()
+    return store
 
 
 async def test_a_lapsed_lease_is_taken_and_the_missed_events_come_with_it(store: RedisStateStore) -> None:

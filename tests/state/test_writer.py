@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -12,23 +11,10 @@ from duplex_gateway.host.resumption import Journal
 from duplex_gateway.state.records import JournalEntry, token_matches
 from duplex_gateway.state.redis_store import RedisStateStore
 from duplex_gateway.state.writer import StoreWriter
-from tests.redis_server import RedisServer, redis_server_at
+from tests.redis_server import RedisServer
 
 LEASE_MS = 600
 GRACE_MS = 30_000
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server_at(tmp_path) as server:
-        yield server
-
-
-@pytest.fixture
-async def store(redis_server: RedisServer) -> AsyncIterator[RedisStateStore]:
-    store = RedisStateStore(redis_server.url, timeout_s=0.5)
-    yield store
-    await store.close()
 
 
 class Session:
