@@ -63,6 +63,7 @@ class Failure(enum.Enum):
     SLOW_CONSUMER = "slow_consumer"  # it did not read its events; nothing more can reach it
     RESUME_TIMEOUT = "resume_timeout"  # a detached session whose client did not come back in time
     REPLACED = "replaced"  # a session.resume took the session over from this socket
+    MOVED = "moved"  # draining, the gateway handed the session to its fleet: the client resumes it elsewhere
     # The engine, on a call or on its event stream; the session goes on.
     ENGINE_REFUSED_CALL = "engine_refused_call"
     ENGINE_CALL_FAILED = "engine_call_failed"
@@ -109,6 +110,7 @@ FAILURES: Mapping[Failure, Verdict] = MappingProxyType(
         # Journaled for a client that is not there; Session.expire names it internal_error.
         Failure.RESUME_TIMEOUT: Verdict(ErrorCode.INTERNAL_ERROR, CloseCode.NORMAL, "resume_timeout"),
         Failure.REPLACED: Verdict(None, CloseCode.NORMAL, "session_replaced"),
+        Failure.MOVED: Verdict(None, CloseCode.SERVICE_RESTART, "session_moved"),
         Failure.ENGINE_REFUSED_CALL: Verdict(ErrorCode.ENGINE_ERROR, None, None),
         Failure.ENGINE_CALL_FAILED: Verdict(ErrorCode.ENGINE_ERROR, None, None),
         Failure.ENGINE_UPDATE_UNANSWERED: Verdict(ErrorCode.ENGINE_ERROR, None, None),

@@ -151,6 +151,8 @@ class Connection:
         self._reported = False
         #: The gateway is draining: close once the reply and turn in progress are done.
         self._draining = False
+        #: Draining with a fleet: the session's hand-off to it.
+        self._moving: asyncio.Task[None] | None = None
         #: A dialect that paces some of its frames (a phone call's reply audio) gets a clock.
         self._pacer = (
             Pacer(
@@ -289,15 +291,13 @@ class Connection:
     async def carry_on(self, entries: Sequence[tuple[int, str | bytes]], head: int, config: str) -> bool:
         """Open this session as the one another gateway served until now, for :meth:`resume` to attach.
 
-        Its journal goes on from ``head`` (``entries``: the events its client may still ask
-        for), its engine session opens with its configuration, and its copy in the state store
-        (``config``: the frame that last told its client its configuration) is written by this
-        gateway from now on. False: no room here, or the engine would not open it.
+        Its journal goes on from ``head`` (``entries``: the events its client may still ask for), its engine
+        session opens with its configuration, and this gateway writes its copy in the state store from now
+        on (``config``: the frame that last told its client its configuration). False: no room, or no engine.
         """
-        loop = asyncio.get_running_loop()
         # The session's clock starts again here: its start on the other gateway is not kept.
-        self._stats.started_at = loop.time()
-        self._deadline = loop.time() + self._limits.max_session_s
+        self._stats.started_at = now = asyncio.get_running_loop().time()
+        self._deadline = now + self._limits.max_session_s
         self.session.carried_on()
         self._journal.carry_on(entries, head)
         self._outbox.carry_on(head)
@@ -373,7 +373,10 @@ class Connection:
         return await self._takeover.hand_over(command)
 
     async def shut_down(self) -> None:
-        """Close this session because the gateway is stopping (close code 1001)."""
+        """Close this session because the gateway is stopping (1001); a detached one goes to the fleet if it can."""
+        if self._outbox.attachment is None and await self._takeover.let_go():
+            await self._release()  # its client resumes it on another gateway
+            return
         self.apply(self.session.shut_down())
         if self._outbox.attachment is None:  # detached: nobody to tell
             await self._release()
@@ -404,9 +407,20 @@ class Connection:
             or self._closing is not None
             or session.response_active
             or self._stats.caller_speaking
+            or self._moving is not None
         ):
             return
+        if self._takeover.movable:
+            self._moving = asyncio.create_task(self._move(), name=f"move:{self.session_id}")
+            return
         self.apply(session.shut_down())
+
+    async def _move(self) -> None:
+        """Hand the session to the fleet, then tell its client to resume it there (1012)."""
+        if await self._takeover.let_go():
+            self._close_socket(close_for(Failure.MOVED))
+        elif not self.session.closed:
+            self.apply(self.session.shut_down())
 
     def _admit(self) -> bool:
         """Take an admission slot, or refuse the session with ``session_limit`` (``server_shutting_down``)."""

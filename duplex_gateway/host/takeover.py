@@ -185,6 +185,21 @@ class Takeover:
             journal=lambda: [JournalEntry(seq, frame) for seq, frame in journal.entries()],
         )
 
+    @property
+    def movable(self) -> bool:
+        """The fleet can take this session over: its copy in the state store is being kept."""
+        writer = self._resumes.writer if self._resumes is not None else None
+        return self._outbox.mirror is not None and writer is not None and writer.healthy
+
+    async def let_go(self) -> bool:
+        """Hand the session to the fleet: its copy written whole and its lease given up; False if it cannot be."""
+        writer = self._resumes.writer if self._resumes is not None else None
+        if not self.movable or writer is None or not await writer.hand_off(self._session.session_id):
+            return False
+        self._outbox.mirror = None  # kept in the store for the gateway its client reaches next
+        logger.info("session %s handed to the fleet", self._session.session_id)
+        return True
+
     def unmirror(self) -> None:
         """The session ended: its copy in the state store goes."""
         mirror, self._outbox.mirror = self._outbox.mirror, None

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 
 from duplex_gateway.dialects.realtime_session import parse_session_patch
+from duplex_gateway.host.admission import SessionRegistry
 from duplex_gateway.host.connection import Connection
 from duplex_gateway.server.fleet import Fleet
 from duplex_gateway.session.settings import Handshake
@@ -45,14 +46,23 @@ Build = Callable[[Socket, str, Handshake, SessionConfig], Connection]
 class Adoption:
     """Takes sessions over from the fleet's state store (``ResumeRegistry.adopt``)."""
 
-    def __init__(self, fleet: Fleet, defaults: SessionConfig, build: Build) -> None:
+    def __init__(
+        self, fleet: Fleet, defaults: SessionConfig, build: Build, registry: SessionRegistry
+    ) -> None:
         self._fleet = fleet
+        self._registry = registry
         self._defaults = defaults
         self._build = build
 
     async def __call__(self, command: SessionResume, socket: Socket) -> Connection:
         """The session ``command`` names, now this gateway's; raises ``ProtocolError`` when it cannot be."""
         fleet = self._fleet
+        if self._registry.draining:
+            # Before the store is touched: a lease taken here would hold the session from the gateway
+            # the client tries next. The client tries again (the code is not one it gives up on).
+            raise ProtocolError(
+                ErrorCode.SERVER_SHUTTING_DOWN, "this gateway is shutting down; resume on another"
+            )
         try:
             claimed = await claim(
                 fleet.store,

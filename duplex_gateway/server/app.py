@@ -130,7 +130,11 @@ class _Gateway:
         self.resumes: ResumeRegistry[Connection] = ResumeRegistry(
             settings.server.node_id,
             writer=self.fleet.writer if self.fleet is not None else None,
-            adopt=Adoption(self.fleet, self.defaults, self._realtime_connection) if self.fleet else None,
+            adopt=(
+                Adoption(self.fleet, self.defaults, self._realtime_connection, self.registry)
+                if self.fleet
+                else None
+            ),
         )
         #: Which sessions are recorded, and where (``recording:``, ``auth.keys[].record``).
         self.recordings = Recordings.from_settings(settings)

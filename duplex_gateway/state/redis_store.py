@@ -42,6 +42,13 @@ end
 return 1
 """
 
+_RELEASE_LEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
 # KEYS: lease, record and journal of each session in turn. Returns the (1-based) positions of
 # the sessions whose lease is not the owner's any more.
 _RENEW = """
@@ -93,6 +100,7 @@ class RedisStateStore(StateStore):
         )
         self._take_lease = self._redis.register_script(_TAKE_LEASE)
         self._renew = self._redis.register_script(_RENEW)
+        self._release_lease = self._redis.register_script(_RELEASE_LEASE)
 
     async def _bounded(self, call: Any) -> Any:
         from redis.exceptions import ConnectionError as RedisConnectionError
@@ -168,6 +176,10 @@ class RedisStateStore(StateStore):
             self._take_lease(keys=[lease, record], args=[owner, ttl_ms, "1" if unless_held else "0"])
         )
         return bool(taken)
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        _, _, lease = _keys(session_id)
+        await self._bounded(self._release_lease(keys=[lease], args=[owner]))
 
     async def owner(self, session_id: str) -> str | None:
         _, _, lease = _keys(session_id)

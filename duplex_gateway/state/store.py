@@ -49,6 +49,10 @@ class StateStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        """Give up ``owner``'s lease at once (if it still holds it): another gateway may take the session now."""
+
+    @abc.abstractmethod
     async def owner(self, session_id: str) -> str | None:
         """Who holds the session's lease now (None: nobody; it expired or was never taken)."""
 

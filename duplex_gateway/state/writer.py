@@ -96,6 +96,8 @@ class StoreWriter:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        #: One round at a time: the task's and a hand-off's.
+        self._rounds = asyncio.Lock()
         #: Whether the store answered the last write or renewal.
         self.healthy = True
         #: Why it did not, while it does not.
@@ -155,6 +157,31 @@ class StoreWriter:
             mirrored.acknowledged = seq
             self._touch(session_id)
 
+    async def hand_off(self, session_id: str) -> bool:
+        """Write all of the session's copy now, give up its lease and stop mirroring it (it is not deleted).
+
+        For a session about to be served by another gateway (this one is restarting). False:
+        the store did not take it in time; the session is still mirrored here.
+        """
+        mirrored = self._sessions.get(session_id)
+        if mirrored is None or not self.healthy:
+            return False
+        try:
+            async with asyncio.timeout(2 * self.store.timeout_s):
+                await self._round_now()
+                if mirrored.rewrite or not mirrored.leased:
+                    return False  # the round failed for it: its copy is not whole
+                await self.store.release_lease(session_id, self.owner)
+        except (TimeoutError, StoreUnavailable):
+            return False
+        self._sessions.pop(session_id, None)
+        return True
+
+    async def _round_now(self) -> None:
+        """A round, in turn with the task's own (one at a time)."""
+        async with self._rounds:
+            await self._round()
+
     def ended(self, session_id: str) -> None:
         """The session is over: everything of it is deleted from the store."""
         if self._sessions.pop(session_id, None) is not None:
@@ -186,7 +213,7 @@ class StoreWriter:
         if not task.done():
             task.cancel()
         with contextlib.suppress(StoreUnavailable):
-            await self._round()
+            await self._round_now()
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -204,7 +231,7 @@ class StoreWriter:
             if backoff:
                 await asyncio.sleep(backoff)
             try:
-                await self._round()
+                await self._round_now()
                 if loop.time() >= renew_at:
                     renew_at = loop.time() + renew_every
                     await self._renew()

@@ -121,6 +121,7 @@ class CloseCode(enum.IntEnum):
     )
     MESSAGE_TOO_BIG = 1009  # a frame above the hard size limit
     INTERNAL_ERROR = 1011  # an unexpected fault; details are withheld
+    SERVICE_RESTART = 1012  # the gateway is restarting and another of its fleet has the session: resume it
     TRY_AGAIN_LATER = 1013  # max_sessions reached, the engine is not ready, or the gateway is draining
     IDLE_TIMEOUT = 4000  # no client message for idle_timeout_s
     MAX_DURATION = 4001  # the session reached max_session_s

@@ -152,3 +152,11 @@ async def test_a_store_that_is_down_fails_fast_and_works_again_when_back(
             await asyncio.sleep(0.1)
     await store.write([SaveRecord(record(), TTL_MS)])
     assert await store.load("sess_a") == record()
+
+
+async def test_only_the_owner_releases_a_lease(store: RedisStateStore) -> None:
+    await store.take_lease("sess_a", "gw-1", TTL_MS, unless_held=False)
+    await store.release_lease("sess_a", "gw-2")
+    assert await store.owner("sess_a") == "gw-1"
+    await store.release_lease("sess_a", "gw-1")
+    assert await store.owner("sess_a") is None

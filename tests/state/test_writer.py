@@ -169,3 +169,21 @@ async def _let_go(writer: StoreWriter, store: RedisStateStore, lost: list[str]) 
     session.emit(3)  # no longer mirrored from here: gw-2 writes it now
     await asyncio.sleep(0.1)
     assert (await store.replay(session.id, 0)).head == 1
+
+
+async def test_a_session_handed_off_is_whole_in_the_store_and_free_to_take(
+    writer: StoreWriter, store: RedisStateStore
+) -> None:
+    session = Session(writer)
+    session.emit(7)
+    assert await writer.hand_off(session.id)
+    # Written whole before the lease went, with nothing waiting for a round.
+    assert (await store.replay(session.id, 0)).entries == session.expected()
+    assert await store.owner(session.id) is None
+    assert await store.take_lease(session.id, "gw-2", LEASE_MS, unless_held=True)
+    # No longer this gateway's: neither its events nor its end touch the copy.
+    session.emit(2)
+    writer.ended(session.id)
+    await asyncio.sleep(0.1)
+    assert (await store.replay(session.id, 0)).head == 7
+    assert await store.load(session.id) is not None
