@@ -12,7 +12,7 @@ import yaml
 
 from duplex_gateway.config import load_settings
 
-MANIFEST = Path(__file__).resolve().parents[1] / "configs" / "kubernetes.yaml"
+MANIFEST = Path(__file__).resolve().parents[1] / "configs" / "kubernetes" / "duplex-gateway.yaml"
 #: The Kubernetes API the manifests are checked against (strict: no field the API does not have).
 KUBERNETES = "1.33.0"
 
