@@ -315,6 +315,23 @@ def _knee_300(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple
     return f"{knee_text((below, above))} (floor: {floor})", below is not None and below >= 300
 
 
+for _n in (100, 300):
+
+    @_goal(
+        f"sessions copied to the state store, {_n} callers: CPU per caller and first-audio p99 ≤ 1.1× without",
+        "gateway-echo-store",
+        _n,
+        issues=(26,),
+    )
+    def _store(by: dict[tuple[str, int], Result], t: str, n: int | None) -> tuple[str, bool | None]:
+        a, b = _get(by, t, n), _get(by, "gateway-echo-resumable", n)
+        if a is None or b is None or not _cpu_ms(b) or not b["first_audio_ms"]["p99"]:
+            return "not measured", None
+        cpu = (_cpu_ms(a) or 0.0) / (_cpu_ms(b) or 1.0)
+        p99 = (a["first_audio_ms"]["p99"] or 0.0) / b["first_audio_ms"]["p99"]
+        return f"CPU {cpu:.2f}×, p99 {p99:.2f}×", cpu <= 1.1 and p99 <= 1.1
+
+
 def _goals_table(data: dict[str, Any], issue: int) -> list[str]:
     by = _by(data["results"])
     rows = ["| goal | this run | met |", "|---|---|---|"]
@@ -522,6 +539,7 @@ def render(
             out += ["## Where first audio turns: each target's knee", "", *knees, ""]
         out += ["## Goals of twice the callers per core (issue 25)", "", *_goals_table(data, 25), ""]
         out += ["## Goals of the capacity work (issue 9)", "", *_goals_table(data, 9), ""]
+        out += ["## The shared state store's cost (issue 26)", "", *_goals_table(data, 26), ""]
     if analysis:
         out += [analysis.strip(), ""]
     if data.get("turn_taking"):

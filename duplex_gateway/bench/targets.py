@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -42,6 +43,8 @@ __all__ = ["REPO", "RunningServer", "Target", "TargetUnavailable", "default_targ
 REPO = Path(__file__).resolve().parents[2]
 #: Chunks of each fake answer and the pause between two (as the omni tests run the fake stage).
 FAKE_OMNI_CHUNKS = 8
+#: Levels of the state store's pair of targets (issue 26 asks its cost at 100 and 300 callers).
+STORE_LEVELS = (100, 300)
 FAKE_OMNI_CHUNK_DELAY_MS = 60
 _STOP_TIMEOUT_S = 20.0
 
@@ -68,6 +71,8 @@ class Target:
     omni: bool = False  # runs in the vLLM-Omni virtualenv
     webrtc: bool = False  # needs the webrtc extra (aiortc), on both sides
     config: dict[str, Any] = field(default_factory=dict)
+    resumable: bool = False  # sessions journaled for a resume (limits.resume_grace_s > 0)
+    state_store: bool = False  # sessions copied to a Redis the bench starts (server.state_store)
 
 
 def default_targets() -> list[Target]:
@@ -89,6 +94,33 @@ def default_targets() -> list[Target]:
             ready_path="/healthz",
         ),
         committed("gateway-echo", "gateway, engine echo", peer="floor", engine="echo"),
+        # Issue 26: what copying every session to the fleet's state store costs, against the same
+        # resumable sessions kept in the process alone (and those against sessions kept nowhere).
+        Target(
+            "gateway-echo-resumable",
+            "gateway, engine echo, sessions resumable",
+            "realtime",
+            "commit",
+            24_000,
+            STORE_LEVELS,
+            8.0,
+            peer="gateway-echo",
+            engine="echo",
+            resumable=True,
+        ),
+        Target(
+            "gateway-echo-store",
+            "gateway, engine echo, sessions resumable and copied to Redis",
+            "realtime",
+            "commit",
+            24_000,
+            STORE_LEVELS,
+            8.0,
+            peer="gateway-echo-resumable",
+            engine="echo",
+            resumable=True,
+            state_store=True,
+        ),
         Target(
             "gateway-echo-webrtc",
             "gateway, engine echo, WebRTC callers",
@@ -189,7 +221,9 @@ class RunningServer:
         return self.proc.returncode
 
 
-def _command(target: Target, port: int, workdir: Path, max_callers: int) -> tuple[list[str], dict[str, str]]:
+def _command(
+    target: Target, port: int, workdir: Path, max_callers: int, store_url: str | None = None
+) -> tuple[list[str], dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DUPLEX_GATEWAY_")}
     env["HF_HUB_OFFLINE"] = "1"  # nothing is fetched at run time
     env["PYTHONUNBUFFERED"] = "1"
@@ -221,10 +255,12 @@ def _command(target: Target, port: int, workdir: Path, max_callers: int) -> tupl
         engine["embedded"] = {"max_sessions": max_callers}
     config = {
         "server": {"web_demo": False, "log_level": "warning"},
-        "limits": {"max_sessions": max(64, max_callers * 2), "resume_grace_s": 0},
+        "limits": {"max_sessions": max(64, max_callers * 2), "resume_grace_s": 30 if target.resumable else 0},
         "engine": engine,
         **target.config,
     }
+    if store_url is not None:
+        config["server"]["state_store"] = store_url
     path = workdir / f"{target.name}.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     cmd = [
@@ -271,8 +307,48 @@ def _ready(port: int, path: str) -> bool:
 @contextlib.contextmanager
 def start(target: Target, workdir: Path, *, max_callers: int) -> Iterator[RunningServer]:
     """Start ``target``, wait until it is ready, yield it, and stop it whatever happens."""
+    with contextlib.ExitStack() as stack:
+        store_url = stack.enter_context(_redis(workdir)) if target.state_store else None
+        yield stack.enter_context(_serve(target, workdir, max_callers=max_callers, store_url=store_url))
+
+
+@contextlib.contextmanager
+def _redis(workdir: Path) -> Iterator[str]:
+    """A Redis for the gateway's state store (Debian's redis-server, no persistence); its URL."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise TargetUnavailable("redis-server is not installed (the state store's target needs it)")
     port = _free_port()
-    cmd, env = _command(target, port, workdir, max_callers)
+    with open(workdir / "redis.log", "wb") as out:
+        proc = subprocess.Popen(
+            [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+            cwd=workdir,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise TargetUnavailable("redis-server did not start") from None
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+@contextlib.contextmanager
+def _serve(
+    target: Target, workdir: Path, *, max_callers: int, store_url: str | None
+) -> Iterator[RunningServer]:
+    port = _free_port()
+    cmd, env = _command(target, port, workdir, max_callers, store_url)
     log = workdir / f"{target.name}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(

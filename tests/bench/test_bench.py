@@ -7,6 +7,7 @@ errors; it asserts no timing (the machine is shared).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,18 @@ def test_webrtc_callers_are_measured_against_the_websocket(tmp_path: Path) -> No
     assert webrtc["server_cpu_s"] > 0
     report = (tmp_path / "bench.md").read_text(encoding="utf-8")
     assert "`gateway-echo-webrtc` / `gateway-echo`" in report
+
+
+def test_the_state_stores_cost_is_measured_against_the_same_sessions_without_it(tmp_path: Path) -> None:
+    """Resumable sessions with and without ``server.state_store``: the bench starts a redis-server for the second."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    data = run_bench(tmp_path, {"gateway-echo-resumable": 2, "gateway-echo-store": 2}, 3)
+    assert [r["target"] for r in data["results"]] == ["gateway-echo-resumable", "gateway-echo-store"]
+    for r in data["results"]:
+        assert r["connected"] == 2
+        assert r["error_count"] == 0, r["errors"]
+        assert r["first_audio_ms"]["n"] >= 1
+    report = (tmp_path / "bench.md").read_text(encoding="utf-8")
+    assert "`gateway-echo-store` / `gateway-echo-resumable`" in report
+    assert "## The shared state store's cost (issue 26)" in report

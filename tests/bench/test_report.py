@@ -102,3 +102,21 @@ def test_the_report_says_which_goals_of_issue_25_a_run_meets() -> None:
         ]
         == "yes"
     )
+
+
+def test_the_report_says_what_the_state_store_costs() -> None:
+    def results(store_cpu: float, store_p99: float) -> dict[str, Any]:
+        data = _run({100: 5.0}, floor_cpu=0.0015, echo_cpu=0.0018)
+        data["results"] += [
+            _result("gateway-echo-resumable", 100, 10.0, server_cpu_per_caller_s=0.0020),
+            _result("gateway-echo-store", 100, store_p99, server_cpu_per_caller_s=store_cpu),
+        ]
+        return data
+
+    def row(report: str) -> str:
+        section = report.split("## The shared state store's cost (issue 26)")[1].split("\n## ")[0]
+        (line,) = [line for line in section.splitlines() if "100 callers" in line]
+        return line
+
+    assert row(render(results(0.0021, 10.5))).endswith("| CPU 1.05×, p99 1.05× | yes |")
+    assert row(render(results(0.0030, 10.5))).endswith("| CPU 1.50×, p99 1.05× | no |")
