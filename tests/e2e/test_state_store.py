@@ -45,6 +45,8 @@ def gateway(module_gateway_factory: GatewayFactory, redis_server: RedisServer) -
                 "state_lease_s": 2.0,
             },
             "engine": {"name": "echo", "echo": {"pace": 4.0}},
+            # Turns end by the client's commit only, so each response.create is the one reply asked for.
+            "session": {"turn_detection": "none"},
             "limits": {"resume_grace_s": GRACE_S, "max_sessions": 8},
         },
         name="state-store",
@@ -194,6 +196,8 @@ def fleet_gateway(factory: GatewayFactory, redis_server: RedisServer, node: str)
                 "state_lease_s": 1.0,
             },
             "engine": {"name": "echo", "echo": {"pace": 4.0}},
+            # Turns end by the client's commit only, so each response.create is the one reply asked for.
+            "session": {"turn_detection": "none"},
             "limits": {"resume_grace_s": 30, "max_sessions": 8},
         },
         name=node,
@@ -256,3 +260,50 @@ async def test_a_session_resumes_on_another_gateway_after_its_own_is_killed(
         assert await store.owner(session_id) == "gw-2"
         record = await store.load(session_id)
         assert record is not None and token_matches(record, resumed["resume_token"])
+
+
+async def test_after_a_store_outage_a_session_resumes_on_another_gateway_again(
+    gateway_factory: GatewayFactory, redis_server: RedisServer, store: RedisStateStore
+) -> None:
+    """Redis killed and started again under a live session: new sessions work throughout, and once
+    the copy is healed the session still moves to another gateway when its own dies."""
+    first = fleet_gateway(gateway_factory, redis_server, "gw-1")
+    second = fleet_gateway(gateway_factory, redis_server, "gw-2")
+    async with ws_connect(first) as ws:
+        before = Client(ws)
+        created = await before.until("session.created")
+        session_id, token = created["session_id"], created["resume_token"]
+        await a_turn(before)
+        redis_server.kill()
+        try:
+            await a_turn(before)
+            async with ws_connect(second) as other:  # admitted and answered without the store
+                another = Client(other)
+                await another.until("session.created")
+                await a_turn(another)
+        finally:
+            redis_server.start()
+        await a_turn(before)
+        journal = before.journal()
+
+        async def healed() -> bool:
+            return (await store.replay(session_id, 0)).entries == journal
+
+        await eventually(healed, timeout=10)
+        kill(first)
+    async with ws_connect(second, "/v1/realtime?resume=1") as ws:
+        after = Client(ws)
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "session.resume",
+                    "session_id": session_id,
+                    "resume_token": token,
+                    "last_received_server_event_seq": journal[-1].seq,
+                }
+            )
+        )
+        await after.until("session.resumed", timeout=10)
+        await a_turn(after)
+        assert after.journal()[0].seq == journal[-1].seq + 1
+        assert not [e for e in after.events if e["type"] == "error"]
