@@ -212,5 +212,9 @@ class ResumeRegistry(Generic[R]):
         self._attached.pop(session_id, None)
         return session
 
+    def holds(self, session_id: str) -> bool:
+        """Whether this process serves the session, attached or detached."""
+        return session_id in self._parked or session_id in self._attached
+
     def parked(self) -> list[R]:
         return list(self._parked.values())

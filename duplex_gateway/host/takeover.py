@@ -115,7 +115,14 @@ class Takeover:
                 command.session_id, command.resume_token, command.last_received_server_event_seq
             )
         except ProtocolError as exc:
-            if exc.code is not ErrorCode.INVALID_RESUME_TOKEN or self._resumes.adopt is None:
+            # A session held here refused the token: the store's copy, a writer round behind, may
+            # still have the token just spent, and the lease is this gateway's own, so taking the
+            # copy over would make a second of the session with a used token.
+            if (
+                exc.code is not ErrorCode.INVALID_RESUME_TOKEN
+                or self._resumes.adopt is None
+                or self._resumes.holds(command.session_id)
+            ):
                 raise
         attachment = self._outbox.attachment
         assert attachment is not None

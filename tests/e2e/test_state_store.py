@@ -307,3 +307,25 @@ async def test_after_a_store_outage_a_session_resumes_on_another_gateway_again(
         await a_turn(after)
         assert after.journal()[0].seq == journal[-1].seq + 1
         assert not [e for e in after.events if e["type"] == "error"]
+
+
+async def test_a_spent_token_resumes_nothing_even_while_the_copy_still_has_it(gateway: Gateway) -> None:
+    """Tokens are single-use on a gateway with a store too: right after a resume the store's copy may
+    still hold the spent token, and the gateway must not make a second session from it."""
+    async with ws_connect(gateway) as ws:
+        first = Client(ws)
+        created = await first.until("session.created")
+        session_id, spent = created["session_id"], created["resume_token"]
+        ws.transport.abort()  # dropped, as a network drops it
+    async with ws_connect(gateway, "/v1/realtime?resume=1") as ws:
+        resumed_client = Client(ws)
+        await resume(ws, session_id, spent, created["server_event_seq"])
+        await resumed_client.until("session.resumed")
+        # At once, before the writer's next round: the spent token again.
+        async with ws_connect(gateway, "/v1/realtime?resume=1") as again:
+            refused = Client(again)
+            await resume(again, session_id, spent, created["server_event_seq"])
+            error = await refused.until("error")
+            assert error["error"]["code"] == "invalid_resume_token"
+        # The session is still the first client's, on its new token.
+        await a_turn(resumed_client)

@@ -54,6 +54,16 @@ def test_event_ack_trims_the_journal() -> None:
     assert journal.can_replay_after(5) and not journal.can_replay_after(4)
 
 
+def test_the_registry_says_which_sessions_it_holds() -> None:
+    registry: ResumeRegistry[Parked] = ResumeRegistry()
+    attached, parked = Parked("sess_a", "t"), Parked("sess_b", "t")
+    registry.attach(attached)
+    registry.park(parked)
+    assert registry.holds("sess_a") and registry.holds("sess_b") and not registry.holds("sess_c")
+    registry.unpark(parked)
+    assert not registry.holds("sess_b")
+
+
 def test_a_journal_carried_on_goes_on_from_the_sessions_head() -> None:
     journal = Journal(max_events=16, max_bytes=1 << 16)
     journal.carry_on([(8, "e8"), (9, "e9")], head=9)
