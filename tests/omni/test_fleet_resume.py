@@ -101,7 +101,7 @@ async def test_duplex_client_resumes_on_the_other_gateway_when_its_own_is_killed
 
 
 #: Sessions held through a rolling restart of both gateways.
-SESSIONS = 20
+SESSIONS = 50
 
 
 async def test_a_rolling_restart_of_both_gateways_loses_no_session(
