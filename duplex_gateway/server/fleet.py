@@ -9,7 +9,6 @@ from urllib.parse import urlsplit, urlunsplit
 from duplex_gateway.config import GatewaySettings
 from duplex_gateway.ops.metrics import GatewayMetrics
 from duplex_gateway.state.redis_store import RedisStateStore
-from duplex_gateway.state.store import StoreUnavailable
 from duplex_gateway.state.writer import StoreWriter
 
 __all__ = ["Fleet"]
@@ -55,17 +54,8 @@ class Fleet:
         return cls(settings, metrics) if settings.server.state_store else None
 
     async def start(self) -> None:
-        """Start writing; a store that is down now is logged, not fatal (sessions go on in-process)."""
-        try:
-            await self.store.ping()
-            logger.info("state store %s: sessions are shared as gateway %s", self.where, self.owner)
-        except StoreUnavailable as exc:
-            logger.warning(
-                "state store %s does not answer (%s); sessions stay on this gateway until it does",
-                self.where,
-                exc,
-            )
-            self.writer.healthy, self.writer.problem = False, str(exc)
+        """Start writing; a store that is down is the writer's to find and report, not fatal."""
+        logger.info("state store %s: sessions are shared as gateway %s", self.where, self.owner)
         self.writer.start()
 
     async def close(self) -> None:

@@ -218,7 +218,7 @@ class StoreWriter:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         renew_every = self._lease_ms / 3000
-        renew_at = loop.time() + renew_every
+        renew_at = loop.time()  # at once: whether the store answers is known from the start
         backoff = 0.0
         while not self._closing:
             waiter = asyncio.ensure_future(self._wake.wait())
@@ -312,6 +312,10 @@ class StoreWriter:
 
     async def _renew(self) -> None:
         leased = [session_id for session_id, m in self._sessions.items() if m.leased]
+        if not leased:
+            # Nothing to renew: ask anyway, so a store that went down shows while no session writes.
+            await self.store.ping()
+            return
         for session_id in await self.store.renew(self.owner, leased, self._lease_ms):
             # Another gateway took it over (its client resumed there): stop mirroring it here.
             logger.info("session %s is served by another gateway now", session_id)

@@ -187,3 +187,17 @@ async def test_a_session_handed_off_is_whole_in_the_store_and_free_to_take(
     await asyncio.sleep(0.1)
     assert (await store.replay(session.id, 0)).head == 7
     assert await store.load(session.id) is not None
+
+
+async def test_a_writer_with_no_session_still_finds_the_store_down_and_back(
+    writer: StoreWriter, redis_server: RedisServer
+) -> None:
+    """With nothing to write or renew, /readyz must still learn that the store stopped answering."""
+
+    async def healthy_is(value: bool) -> bool:
+        return writer.healthy is value
+
+    redis_server.kill()
+    await settled(writer, lambda: healthy_is(False))
+    redis_server.start()
+    await settled(writer, lambda: healthy_is(True), timeout=10)
