@@ -114,6 +114,14 @@ async def resume(ws: Any, session_id: str, token: str, last_seq: int) -> None:
     )
 
 
+async def a_new_session(gateway: Gateway) -> None:
+    """A session opened on ``gateway`` and one turn of it answered."""
+    async with ws_connect(gateway, "/v1/realtime") as ws:
+        client = Client(ws)
+        await client.until("session.created")
+        await a_turn(client)
+
+
 async def a_turn(client: Client) -> None:
     await stream_audio(client.ws, speech_turn(24_000), realtime=False)
     await client.ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
@@ -180,11 +188,7 @@ async def test_the_gateway_serves_through_a_store_outage_and_heals_the_copy(
 
             await eventually(reported)
             assert metric(gateway, "duplex_gateway_state_store_up") == 0.0
-            # A new session is admitted and answered meanwhile.
-            async with ws_connect(gateway, "/v1/realtime") as other:
-                another = Client(other)
-                await another.until("session.created")
-                await a_turn(another)
+            await a_new_session(gateway)  # admitted and answered meanwhile
         finally:
             redis_server.start()
         await a_turn(client)
@@ -286,10 +290,7 @@ async def test_after_a_store_outage_a_session_resumes_on_another_gateway_again(
         redis_server.kill()
         try:
             await a_turn(before)
-            async with ws_connect(second) as other:  # admitted and answered without the store
-                another = Client(other)
-                await another.until("session.created")
-                await a_turn(another)
+            await a_new_session(second)  # admitted and answered without the store
         finally:
             redis_server.start()
         await a_turn(before)
